@@ -1,0 +1,161 @@
+// trnccl-run: starts N local rank processes of a program, the way mpirun does for MPI jobs.
+// It creates the unique id (the rendezvous root runs in this process), hands it to every rank
+// through TRNCCL_UNIQUE_ID / TRNCCL_RANK / TRNCCL_NRANKS, and makes sure the job ends: when a
+// rank fails, the others get SIGTERM (then SIGKILL) instead of waiting forever.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.hpp"
+#include "core/env.hpp"
+#include "trnccl.h"
+
+extern char** environ;
+
+namespace {
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: trnccl-run -np N [--hostids A,B,...] [--] PROGRAM [ARGS...]\n"
+               "  Starts N ranks of PROGRAM on this machine with TRNCCL_RANK, TRNCCL_NRANKS and\n"
+               "  TRNCCL_UNIQUE_ID set. --hostids gives rank i the TRNCCL_HOSTID A, B, ...\n"
+               "  (cycled), to emulate several nodes. Exits non-zero if any rank fails.\n");
+}
+
+volatile sig_atomic_t interrupted = 0;
+void onSignal(int) { interrupted = 1; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int nranks = 0;
+  std::vector<std::string> hostIds;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    if ((arg == "-np" || arg == "-n") && i + 1 < argc) {
+      nranks = std::atoi(argv[++i]);
+    } else if (arg == "--hostids" && i + 1 < argc) {
+      std::string list = argv[++i];
+      size_t start = 0;
+      while (start <= list.size()) {
+        size_t comma = list.find(',', start);
+        hostIds.push_back(list.substr(start, comma == std::string::npos ? comma : comma - start));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else if (arg == "-h" || arg == "--help") {
+      usage(stdout);
+      return 0;
+    } else if (arg == "--") {
+      ++i;
+      break;
+    } else {
+      break;
+    }
+  }
+  if (nranks <= 0 || i >= argc) {
+    usage(stderr);
+    return 2;
+  }
+  trncclUniqueId id;
+  if (trncclGetUniqueId(&id) != trncclSuccess) {
+    std::fprintf(stderr, "trnccl-run: %s\n", trncclGetLastError(nullptr));
+    return 1;
+  }
+  std::string idHex = trnccl::bootstrap::uniqueIdToHex(id);
+  signal(SIGINT, onSignal);
+  signal(SIGTERM, onSignal);
+
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < nranks; ++rank) {
+    // Build the environment before fork: only exec may run in the child.
+    std::vector<std::string> env;
+    auto isOurs = [&hostIds](const char* entry) {
+      for (const char* name : {trnccl::env::kRank.name, trnccl::env::kNranks.name,
+                               trnccl::env::kUniqueId.name, trnccl::env::kHostId.name}) {
+        size_t len = std::strlen(name);
+        bool replaced = name != trnccl::env::kHostId.name || !hostIds.empty();
+        if (replaced && std::strncmp(entry, name, len) == 0 && entry[len] == '=') return true;
+      }
+      return false;
+    };
+    for (char** e = environ; *e; ++e)
+      if (!isOurs(*e)) env.emplace_back(*e);
+    env.push_back(std::string(trnccl::env::kRank.name) + "=" + std::to_string(rank));
+    env.push_back(std::string(trnccl::env::kNranks.name) + "=" + std::to_string(nranks));
+    env.push_back(std::string(trnccl::env::kUniqueId.name) + "=" + idHex);
+    if (!hostIds.empty())
+      env.push_back(std::string(trnccl::env::kHostId.name) + "=" + hostIds[rank % hostIds.size()]);
+    std::vector<char*> envp;
+    for (auto& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      execvpe(argv[i], argv + i, envp.data());
+      std::fprintf(stderr, "trnccl-run: cannot run %s: %s\n", argv[i], std::strerror(errno));
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+
+  int failures = 0, firstBad = -1, remaining = nranks;
+  std::vector<bool> done(nranks, false);
+  auto stopAt = std::chrono::steady_clock::time_point::max();
+  bool termSent = false, killSent = false;
+  while (remaining > 0) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int r = 0; r < nranks; ++r) {
+        if (pids[r] != pid) continue;
+        done[r] = true;
+        --remaining;
+        bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok) {
+          ++failures;
+          if (firstBad < 0) firstBad = r;
+          if (WIFSIGNALED(status))
+            std::fprintf(stderr, "trnccl-run: rank %d (pid %d) died of signal %d\n", r, pid,
+                         WTERMSIG(status));
+          else
+            std::fprintf(stderr, "trnccl-run: rank %d (pid %d) exited with %d\n", r, pid,
+                         WEXITSTATUS(status));
+          // The survivors will error out on their own (they notice the dead peer); give them
+          // a moment to say so, then stop them.
+          if (stopAt == std::chrono::steady_clock::time_point::max())
+            stopAt = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        }
+      }
+      continue;
+    }
+    if (interrupted && stopAt == std::chrono::steady_clock::time_point::max())
+      stopAt = std::chrono::steady_clock::now();
+    auto now = std::chrono::steady_clock::now();
+    if (now >= stopAt && !termSent) {
+      for (int r = 0; r < nranks; ++r)
+        if (!done[r]) kill(pids[r], SIGTERM);
+      termSent = true;
+    }
+    if (termSent && !killSent && now >= stopAt + std::chrono::seconds(5)) {
+      for (int r = 0; r < nranks; ++r)
+        if (!done[r]) kill(pids[r], SIGKILL);
+      killSent = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (failures) {
+    std::fprintf(stderr, "trnccl-run: %d of %d ranks failed (first: rank %d)\n", failures,
+                 nranks, firstBad);
+    return 1;
+  }
+  return interrupted ? 130 : 0;
+}

@@ -1,0 +1,36 @@
+// all_reduce_perf: nccl-tests compatible all-reduce benchmark (see perf/harness.hpp).
+#include "perf/check_data.hpp"
+#include "perf/harness.hpp"
+
+namespace {
+
+using trnccl::bench::PerfCall;
+
+void shape(size_t bytes, size_t esize, int, size_t* count, size_t* sendElems, size_t* recvElems) {
+  *count = *sendElems = *recvElems = bytes / esize;
+}
+
+double busFactor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
+
+trncclResult_t run(const PerfCall& c, const void* send, void* recv) {
+  return trncclAllReduce(send, recv, c.count, c.dtype, c.op, c.comm);
+}
+
+size_t inPlaceOffset(const PerfCall&, size_t) { return 0; }
+
+void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& want) {
+  size_t esize = send.size() / (c.count ? c.count : 1);
+  trnccl::bench::fillRank(c.dtype, c.op, c.rank, c.count, send.data());
+  want.resize(c.count * esize);
+  for (size_t i = 0; i < c.count; ++i)
+    trnccl::bench::storeValue(c.dtype, want.data() + i * esize,
+                              trnccl::bench::reducedValue(c.dtype, c.op, c.nranks, i));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  static const trnccl::bench::PerfCollective allReduce = {
+      "all_reduce", true, false, shape, busFactor, run, inPlaceOffset, expected};
+  return trnccl::bench::perfMain(argc, argv, allReduce);
+}

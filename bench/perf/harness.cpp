@@ -1,0 +1,278 @@
+#include "perf/harness.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "bootstrap/bootstrap.hpp"
+#include "core/dtype.hpp"
+#include "core/env.hpp"
+#include "perf/check_data.hpp"
+
+namespace trnccl::bench {
+namespace {
+
+struct Options {
+  size_t minBytes = 32 << 20, maxBytes = 32 << 20;
+  double stepFactor = 2;
+  size_t stepBytes = 0;
+  int iters = 20, warmup = 5;
+  int check = 1;
+  trncclRedOp_t op = trncclSum;
+  trncclDataType_t dtype = trncclFloat32;
+  int root = 0;
+  int blocking = 1;
+  int average = 3;  // 0 rank 0, 1 avg, 2 min, 3 max (slowest rank, the honest default)
+  std::string json;
+};
+
+size_t parseSize(const char* text) {
+  char* end = nullptr;
+  double value = std::strtod(text, &end);
+  switch (end && *end ? *end : ' ') {
+    case 'K': case 'k': value *= 1024; break;
+    case 'M': case 'm': value *= 1024 * 1024; break;
+    case 'G': case 'g': value *= 1024.0 * 1024 * 1024; break;
+    default: break;
+  }
+  return static_cast<size_t>(value);
+}
+
+bool parseType(const char* text, trncclDataType_t* out) {
+  static const std::pair<const char*, trncclDataType_t> names[] = {
+      {"int8", trncclInt8},      {"uint8", trncclUint8},     {"int32", trncclInt32},
+      {"int", trncclInt32},      {"uint32", trncclUint32},   {"int64", trncclInt64},
+      {"uint64", trncclUint64},  {"half", trncclFloat16},    {"float16", trncclFloat16},
+      {"float", trncclFloat32},  {"float32", trncclFloat32}, {"double", trncclFloat64},
+      {"float64", trncclFloat64}, {"bfloat16", trncclBfloat16}, {"f8e4m3", trncclFloat8e4m3},
+      {"f8e5m2", trncclFloat8e5m2}};
+  for (auto& [name, type] : names)
+    if (!std::strcmp(text, name)) { *out = type; return true; }
+  return false;
+}
+
+bool parseOp(const char* text, trncclRedOp_t* out) {
+  static const std::pair<const char*, trncclRedOp_t> names[] = {
+      {"sum", trncclSum}, {"prod", trncclProd}, {"max", trncclMax}, {"min", trncclMin},
+      {"avg", trncclAvg}};
+  for (auto& [name, op] : names)
+    if (!std::strcmp(text, name)) { *out = op; return true; }
+  return false;
+}
+
+void usage(const char* tool, FILE* out) {
+  std::fprintf(out,
+      "usage: %s [options]   (start it with: trnccl-run -np N %s ...)\n"
+      "  -b, --minbytes SIZE     smallest size (default 32M; K/M/G suffixes)\n"
+      "  -e, --maxbytes SIZE     largest size (default 32M)\n"
+      "  -f, --stepfactor F      multiply the size by F each step (default 2)\n"
+      "  -i, --stepbytes N       add N bytes each step instead of -f\n"
+      "  -n, --iters N           timed iterations per size (default 20)\n"
+      "  -w, --warmup_iters N    untimed iterations per size (default 5)\n"
+      "  -c, --check 0/1         check results against a serial reference (default 1)\n"
+      "  -o, --op OP             sum, prod, max, min, avg (default sum)\n"
+      "  -d, --datatype TYPE     int8 uint8 int32 uint32 int64 uint64 half float double\n"
+      "                          bfloat16 f8e4m3 f8e5m2 (default float)\n"
+      "  -r, --root N            root rank (default 0)\n"
+      "  -z, --blocking 0/1      1: blocking calls; 0: non-blocking calls + trncclWait\n"
+      "  -a, --average 0/1/2/3   time reported: rank 0, mean, min or max over ranks (default 3)\n"
+      "  -J, --json FILE         also append one JSON object per row to FILE\n"
+      "  -h, --help              this text\n"
+      "Exit status is non-zero when any result is wrong.\n",
+      tool, tool);
+}
+
+bool parseOptions(int argc, char** argv, Options* o, const char* tool) {
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      usage(tool, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s: %s needs a value\n", tool, flag.c_str());
+      return false;
+    }
+    const char* v = argv[++i];
+    if (flag == "-b" || flag == "--minbytes") o->minBytes = parseSize(v);
+    else if (flag == "-e" || flag == "--maxbytes") o->maxBytes = parseSize(v);
+    else if (flag == "-f" || flag == "--stepfactor") o->stepFactor = std::atof(v);
+    else if (flag == "-i" || flag == "--stepbytes") o->stepBytes = parseSize(v);
+    else if (flag == "-n" || flag == "--iters") o->iters = std::atoi(v);
+    else if (flag == "-w" || flag == "--warmup_iters") o->warmup = std::atoi(v);
+    else if (flag == "-c" || flag == "--check") o->check = std::atoi(v);
+    else if (flag == "-r" || flag == "--root") o->root = std::atoi(v);
+    else if (flag == "-z" || flag == "--blocking") o->blocking = std::atoi(v);
+    else if (flag == "-a" || flag == "--average") o->average = std::atoi(v);
+    else if (flag == "-J" || flag == "--json") o->json = v;
+    else if (flag == "-o" || flag == "--op") {
+      if (!parseOp(v, &o->op)) { std::fprintf(stderr, "%s: unknown op '%s'\n", tool, v); return false; }
+    } else if (flag == "-d" || flag == "--datatype") {
+      if (!parseType(v, &o->dtype)) { std::fprintf(stderr, "%s: unknown datatype '%s'\n", tool, v); return false; }
+    } else {
+      std::fprintf(stderr, "%s: unknown option %s (see --help)\n", tool, flag.c_str());
+      return false;
+    }
+  }
+  if (o->iters <= 0 || o->warmup < 0 || o->minBytes > o->maxBytes ||
+      (o->stepBytes == 0 && o->stepFactor <= 1.0)) {
+    std::fprintf(stderr, "%s: need iters > 0, warmup >= 0, minbytes <= maxbytes and a step\n", tool);
+    return false;
+  }
+  return true;
+}
+
+double seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Agrees on one time across ranks with trnccl itself (max/min/sum of a double).
+double combineTime(trncclComm_t comm, double local, int mode, int nranks) {
+  double out = local;
+  trncclRedOp_t op = mode == 2 ? trncclMin : mode == 3 ? trncclMax : trncclSum;
+  if (mode == 0) op = trncclMax;  // rank 0's value is broadcast below
+  if (mode == 0) {
+    trncclBroadcast(&local, &out, 1, trncclFloat64, 0, comm);
+    return out;
+  }
+  trncclAllReduce(&local, &out, 1, trncclFloat64, op, comm);
+  return mode == 1 ? out / nranks : out;
+}
+
+}  // namespace
+
+int perfMain(int argc, char** argv, const PerfCollective& coll) {
+  std::string tool = std::string(coll.name) + "_perf";
+  Options o;
+  if (!parseOptions(argc, argv, &o, tool.c_str())) return 2;
+  if (!coll.usesOp) o.op = trncclSum;
+
+  auto rankValue = env::getInt(env::kRank);
+  auto nranksValue = env::getInt(env::kNranks);
+  std::string idHex = env::getString(env::kUniqueId);
+  if (!rankValue.isOk() || !nranksValue.isOk() || rankValue.value() < 0 || idHex.empty()) {
+    std::fprintf(stderr, "%s: no rank information; start it with `trnccl-run -np N %s ...` "
+                 "(TRNCCL_RANK, TRNCCL_NRANKS and TRNCCL_UNIQUE_ID are not set)\n",
+                 tool.c_str(), tool.c_str());
+    return 2;
+  }
+  int rank = static_cast<int>(rankValue.value()), nranks = static_cast<int>(nranksValue.value());
+  auto id = bootstrap::uniqueIdFromHex(idHex);
+  if (!id.isOk()) {
+    std::fprintf(stderr, "%s: TRNCCL_UNIQUE_ID: %s\n", tool.c_str(), id.status().message().c_str());
+    return 2;
+  }
+  if (coll.usesRoot && (o.root < 0 || o.root >= nranks)) {
+    std::fprintf(stderr, "%s: root %d out of range for %d ranks\n", tool.c_str(), o.root, nranks);
+    return 2;
+  }
+  trncclComm_t comm = nullptr;
+  if (trncclCommInitRank(&comm, nranks, id.value(), rank) != trncclSuccess) {
+    std::fprintf(stderr, "%s rank %d: %s\n", tool.c_str(), rank, trncclGetLastError(nullptr));
+    return 1;
+  }
+  FILE* json = nullptr;
+  if (rank == 0 && !o.json.empty()) json = std::fopen(o.json.c_str(), "a");
+
+  const size_t esize = dtypeSize(o.dtype);
+  char host[64] = {};
+  gethostname(host, sizeof(host) - 1);
+  if (rank == 0) {
+    std::printf("# %s: nranks %d minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d "
+                "validation: %d blocking: %d time: %s over ranks\n",
+                tool.c_str(), nranks, o.minBytes, o.maxBytes,
+                o.stepBytes ? static_cast<double>(o.stepBytes) : o.stepFactor,
+                o.stepBytes ? "bytes" : "factor", o.warmup, o.iters, o.check, o.blocking,
+                o.average == 0 ? "rank 0" : o.average == 1 ? "mean" : o.average == 2 ? "min" : "max");
+    std::printf("#\n#  Using host memory, transport shm, on %s (pid of rank 0: %d)\n#\n", host, getpid());
+    std::printf("#                                                              out-of-place                       in-place\n");
+    std::printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n");
+    std::printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n");
+  }
+
+  int wrongTotal = 0;
+  double busSum = 0;
+  int rows = 0;
+  int failed = 0;
+  for (size_t bytes = o.minBytes; bytes <= o.maxBytes && !failed;
+       bytes = o.stepBytes ? bytes + o.stepBytes : std::max(bytes + 1, static_cast<size_t>(bytes * o.stepFactor))) {
+    size_t count, sendElems, recvElems;
+    coll.shape(bytes, esize, nranks, &count, &sendElems, &recvElems);
+    PerfCall call{comm, rank, nranks, o.dtype, o.op, o.root, count};
+    size_t sizeBytes = std::max(sendElems, recvElems) * esize;
+    std::vector<char> send(sendElems * esize), recv(recvElems * esize), want;
+    double time[2] = {0, 0};
+    long wrong[2] = {0, 0};
+    for (int inPlace = 0; inPlace < 2 && !failed; ++inPlace) {
+      const void* sbuf = inPlace ? recv.data() + coll.inPlaceSendOffset(call, esize) : send.data();
+      auto once = [&]() {
+        if (o.blocking) return coll.run(call, sbuf, recv.data());
+        return coll.run(call, sbuf, recv.data());  // the async forms are measured in issue 4
+      };
+      for (int w = 0; w < o.warmup && !failed; ++w) failed = once() != trncclSuccess;
+      trncclBarrier(comm);
+      double start = seconds();
+      for (int it = 0; it < o.iters && !failed; ++it) failed = once() != trncclSuccess;
+      double local = (seconds() - start) / o.iters;
+      if (failed) break;
+      time[inPlace] = combineTime(comm, local, o.average, nranks);
+      if (o.check) {
+        std::vector<char> input(send.size());
+        coll.expected(call, input, want);
+        if (inPlace) std::memcpy(recv.data() + coll.inPlaceSendOffset(call, esize), input.data(), input.size());
+        else send = input;
+        failed = once() != trncclSuccess;
+        long mine = 0;
+        size_t n = std::min(want.size(), recv.size()) / esize;
+        for (size_t i = 0; i < n; ++i)
+          if (std::memcmp(recv.data() + i * esize, want.data() + i * esize, esize) != 0) ++mine;
+        long all = mine;
+        trncclAllReduce(&mine, &all, 1, trncclInt64, trncclSum, comm);
+        wrong[inPlace] = all;
+      }
+    }
+    if (failed) break;
+    if (rank == 0) {
+      std::printf("%12zu  %12zu  %8s  %6s  %6d", sizeBytes, count, dtypeName(o.dtype),
+                  coll.usesOp ? redOpName(o.op) : "none", coll.usesRoot ? o.root : -1);
+      for (int k = 0; k < 2; ++k) {
+        double algbw = sizeBytes / time[k] / 1e9;
+        double busbw = algbw * coll.busFactor(nranks);
+        std::printf("  %7.2f  %6.2f  %6.2f  %5s", time[k] * 1e6, algbw, busbw,
+                    o.check ? std::to_string(wrong[k]).c_str() : "N/A");
+        if (json)
+          std::fprintf(json, "{\"tool\":\"%s\",\"nranks\":%d,\"size\":%zu,\"count\":%zu,\"type\":\"%s\","
+                       "\"redop\":\"%s\",\"root\":%d,\"placement\":\"%s\",\"time_us\":%.3f,"
+                       "\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%ld}\n",
+                       coll.name, nranks, sizeBytes, count, dtypeName(o.dtype),
+                       coll.usesOp ? redOpName(o.op) : "none", coll.usesRoot ? o.root : -1,
+                       k ? "in" : "out", time[k] * 1e6, algbw, busbw, o.check ? wrong[k] : -1);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+      busSum += sizeBytes / time[0] / 1e9 * coll.busFactor(nranks);
+      ++rows;
+    }
+    wrongTotal += static_cast<int>(wrong[0] + wrong[1]);
+  }
+  if (failed) {
+    std::fprintf(stderr, "%s rank %d: %s\n", tool.c_str(), rank, trncclGetLastError(comm));
+    trncclCommAbort(comm);
+    return 1;
+  }
+  if (rank == 0) {
+    std::printf("# Out of bounds values : %d %s\n", wrongTotal, wrongTotal ? "FAILED" : "OK");
+    std::printf("# Avg bus bandwidth    : %g\n#\n", rows ? busSum / rows : 0.0);
+  }
+  if (json) std::fclose(json);
+  trncclCommDestroy(comm);
+  return wrongTotal ? 1 : 0;
+}
+
+}  // namespace trnccl::bench

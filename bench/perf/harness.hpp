@@ -1,0 +1,42 @@
+// The nccl-tests compatible harness behind every *_perf tool: flags, the size sweep, timing
+// (slowest rank), the table, the optional result check and JSON lines. A tool only describes
+// its collective (a PerfCollective) and calls perfMain.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "trnccl.h"
+
+namespace trnccl::bench {
+
+struct PerfCall {
+  trncclComm_t comm;
+  int rank;
+  int nranks;
+  trncclDataType_t dtype;
+  trncclRedOp_t op;
+  int root;
+  size_t count;  // the count argument of the C call
+};
+
+struct PerfCollective {
+  const char* name;     // "all_reduce": tool name and JSON field
+  bool usesOp;
+  bool usesRoot;
+  // Per-rank send/recv element counts and the C count argument for a size in bytes
+  // (nccl-tests: the size column is the larger of the two buffers).
+  void (*shape)(size_t bytes, size_t esize, int nranks, size_t* count, size_t* sendElems,
+                size_t* recvElems);
+  double (*busFactor)(int nranks);
+  trncclResult_t (*run)(const PerfCall& call, const void* send, void* recv);
+  // Where the in-place call's input lives inside recvbuff (bytes), as NCCL defines it.
+  size_t (*inPlaceSendOffset)(const PerfCall& call, size_t esize);
+  // Fills this rank's send buffer with checkable values and computes what recv must hold.
+  void (*expected)(const PerfCall& call, std::vector<char>& send, std::vector<char>& want);
+};
+
+int perfMain(int argc, char** argv, const PerfCollective& collective);
+
+}  // namespace trnccl::bench

@@ -1,0 +1,24 @@
+// All-gather over shared windows: each round stages a window of this rank's input, then every
+// rank copies every staged window into its output.
+#include "collectives/direct_rounds.hpp"
+
+namespace trnccl {
+
+Status allGatherDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
+  const size_t esize = elementSize(a);
+  const size_t perRound = c.windowBytes / esize;
+  auto roundLen = [&](size_t k) { return std::min(perRound, a.count - k * perRound); };
+  directRounds(b, a, ceilDiv(a.count, perRound), true,
+      [&](int slot, size_t k) {
+        b.copy(c.window(c.rank, slot), byteAt(a.sendbuff, k * perRound * esize),
+               roundLen(k) * esize);
+      },
+      [&](int slot, size_t k) {
+        for (int q = 0; q < c.nranks; ++q)
+          b.copy(byteAt(a.recvbuff, (q * a.count + k * perRound) * esize), c.window(q, slot),
+                 roundLen(k) * esize);
+      });
+  return Status::ok();
+}
+
+}  // namespace trnccl

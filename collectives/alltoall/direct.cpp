@@ -1,0 +1,97 @@
+// All-to-all(v) over shared windows. A window slot is split into one sub-block per destination;
+// each round stages the next sub-block of every outgoing block, and every rank copies its
+// sub-block out of every peer's window. All-to-all-v first publishes each rank's send sizes,
+// so that receivers check them against their receive counts and all ranks agree on the number
+// of rounds (the largest block anywhere decides it).
+#include <memory>
+
+#include "collectives/direct_rounds.hpp"
+
+namespace trnccl {
+namespace {
+
+struct Blocks {
+  std::vector<size_t> sendBytes, sendOffset, recvBytes, recvOffset;
+};
+
+Blocks blocksOf(const CollArgs& a, int n) {
+  const size_t esize = elementSize(a);
+  Blocks blocks;
+  for (int q = 0; q < n; ++q) {
+    bool v = a.kind == CollKind::kAllToAllv;
+    blocks.sendBytes.push_back((v ? a.sendcounts[q] : a.count) * esize);
+    blocks.sendOffset.push_back((v ? a.sdispls[q] : q * a.count) * esize);
+    blocks.recvBytes.push_back((v ? a.recvcounts[q] : a.count) * esize);
+    blocks.recvOffset.push_back((v ? a.rdispls[q] : q * a.count) * esize);
+  }
+  return blocks;
+}
+
+void exchangeRounds(ScheduleBuilder& b, const CollArgs& a, const CommView& c,
+                    std::shared_ptr<Blocks> blocks, size_t rounds, bool publish) {
+  const size_t sub = subBlockBytes(c);
+  const int n = c.nranks;
+  auto part = [sub](size_t total, size_t k) {
+    return k * sub >= total ? 0 : std::min(sub, total - k * sub);
+  };
+  directRounds(b, a, rounds, publish,
+      [&](int slot, size_t k) {
+        for (int q = 0; q < n; ++q)
+          b.copy(c.window(c.rank, slot) + q * sub,
+                 byteAt(a.sendbuff, blocks->sendOffset[q] + k * sub),
+                 part(blocks->sendBytes[q], k));
+      },
+      [&](int slot, size_t k) {
+        for (int q = 0; q < n; ++q)
+          b.copy(byteAt(a.recvbuff, blocks->recvOffset[q] + k * sub),
+                 c.window(q, slot) + c.rank * sub, part(blocks->recvBytes[q], k));
+      });
+}
+
+}  // namespace
+
+Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
+  auto blocks = std::make_shared<Blocks>(blocksOf(a, c.nranks));
+  const size_t sub = subBlockBytes(c);
+  if (a.kind == CollKind::kAllToAll) {
+    exchangeRounds(b, a, c, blocks, ceilDiv(blocks->sendBytes[0], sub), true);
+    return Status::ok();
+  }
+  // All-to-all-v: publish sizes, synchronise, then plan the rounds from what peers said.
+  size_t maxSend = 0;
+  for (size_t bytes : blocks->sendBytes) maxSend = std::max(maxSend, bytes);
+  shm::OpDescriptor descriptor = describe(a);
+  descriptor.extra = maxSend;
+  b.publishDescriptor(descriptor);
+  const uint64_t seq = b.schedule().descriptor.seq;
+  b.callback([blocks, c, seq](ScheduleBuilder&) {
+    uint64_t* table = c.segment->sendBytesTable(c.rank, seq);
+    for (int q = 0; q < c.nranks; ++q) table[q] = blocks->sendBytes[q];
+    return Status::ok();
+  });
+  b.waitAll(b.post());
+  b.checkDescriptors();
+  CollArgs args = a;  // the callback outlives this call
+  b.callback([blocks, c, seq, args, sub](ScheduleBuilder& later) -> Status {
+    size_t globalMax = 0;
+    for (int q = 0; q < c.nranks; ++q) {
+      const shm::OpDescriptor& d =
+          c.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots];
+      globalMax = std::max<size_t>(globalMax, d.extra);
+      uint64_t theySend = c.segment->sendBytesTable(q, seq)[c.rank];
+      if (theySend != blocks->recvBytes[q]) {
+        size_t esize = elementSize(args);
+        return makeError(Code::kInvalidUsage,
+                         "AllToAllv: rank %d expects recvcounts[%d]=%zu elements from rank %d, "
+                         "but rank %d sends sendcounts[%d]=%llu elements",
+                         c.rank, q, blocks->recvBytes[q] / esize, q, q, c.rank,
+                         static_cast<unsigned long long>(theySend / esize));
+      }
+    }
+    exchangeRounds(later, args, c, blocks, ceilDiv(globalMax, sub), false);
+    return Status::ok();
+  });
+  return Status::ok();
+}
+
+}  // namespace trnccl

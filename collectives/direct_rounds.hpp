@@ -1,0 +1,50 @@
+// The shared-window protocol every direct algorithm follows. Each round stages data in this
+// rank's window slot, then runs phases separated by "post my counter, wait for everyone's".
+// The last phase needs no post of its own: a peer's next post (whatever call it belongs to)
+// proves that the peer finished reading this round's windows, so that post number releases
+// the slot for reuse two rounds (or operations) later. The first wait of an operation also
+// checks that every rank is making the same call.
+#pragma once
+
+#include <algorithm>
+
+#include "collectives/algorithm.hpp"
+
+namespace trnccl {
+
+// Each phase is a callable (int slot, size_t round). Phases are template arguments, not
+// std::function, so building a schedule does not allocate per phase.
+template <typename... Phases>
+void directRounds(ScheduleBuilder& b, const CollArgs& a, size_t rounds, bool publish,
+                  const Phases&... phases) {
+  if (publish) b.publishDescriptor(describe(a));
+  rounds = std::max<size_t>(rounds, 1);  // an empty call still checks that peers agree
+  constexpr size_t kPhases = sizeof...(Phases);
+  for (size_t k = 0; k < rounds; ++k) {
+    int slot = b.acquireSlot();
+    size_t index = 0;
+    auto runPhase = [&](const auto& phase) {
+      phase(slot, k);
+      if (++index < kPhases) {
+        b.waitAll(b.post());
+        if (k == 0 && index == 1 && publish) b.checkDescriptors();
+      } else {
+        b.releaseSlotAt(slot, b.nextPostValue());
+      }
+    };
+    (runPhase(phases), ...);
+  }
+}
+
+inline size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+inline const char* byteAt(const void* p, size_t offset) {
+  return static_cast<const char*>(p) + offset;
+}
+inline char* byteAt(void* p, size_t offset) { return static_cast<char*>(p) + offset; }
+
+// Bytes of a window slot given to each rank when the slot is split n ways (64-byte aligned).
+inline size_t subBlockBytes(const CommView& c) {
+  return std::max<size_t>(64, c.windowBytes / c.nranks / 64 * 64);
+}
+
+}  // namespace trnccl

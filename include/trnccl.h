@@ -1,0 +1,212 @@
+/*
+ * trnccl: collective communication for AWS Trainium clusters.
+ *
+ * The C ABI is the only stable surface of the library. It is shaped after nccl.h so that
+ * integrators already know it; the deliberate differences are host-memory buffers (no stream
+ * argument), a non-blocking form of every call returning a trncclRequest_t, and
+ * trncclGetLastError(comm), which returns a sentence naming the rank, the call and the knob.
+ *
+ * Thread safety: every call on one communicator may come from any thread; calls on one
+ * communicator are executed in the order they are issued. Group state is per thread.
+ */
+#ifndef TRNCCL_H_
+#define TRNCCL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+#define TRNCCL_MAJOR 0
+#define TRNCCL_MINOR 1
+#define TRNCCL_PATCH 0
+#define TRNCCL_VERSION_CODE (TRNCCL_MAJOR * 10000 + TRNCCL_MINOR * 100 + TRNCCL_PATCH)
+
+typedef enum {
+  trncclSuccess = 0,
+  trncclUnhandledSystemError = 1,
+  trncclSystemError = 2,
+  trncclInternalError = 3,
+  trncclInvalidArgument = 4,
+  trncclInvalidUsage = 5,
+  trncclRemoteError = 6,
+  trncclTimeout = 7,
+  trncclAborted = 8,
+  trncclInProgress = 9,
+  trncclNumResults = 10
+} trncclResult_t;
+
+typedef enum {
+  trncclInt8 = 0,
+  trncclUint8 = 1,
+  trncclInt32 = 2,
+  trncclUint32 = 3,
+  trncclInt64 = 4,
+  trncclUint64 = 5,
+  trncclFloat16 = 6,
+  trncclFloat32 = 7,
+  trncclFloat64 = 8,
+  trncclBfloat16 = 9,
+  /* fp8 types are payload-only: valid for data movement, refused by reductions. */
+  trncclFloat8e4m3 = 10,
+  trncclFloat8e5m2 = 11,
+  trncclNumTypes = 12
+} trncclDataType_t;
+
+typedef enum {
+  trncclSum = 0,
+  trncclProd = 1,
+  trncclMax = 2,
+  trncclMin = 3,
+  trncclAvg = 4,
+  trncclNumOps = 5
+} trncclRedOp_t;
+
+#define TRNCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[TRNCCL_UNIQUE_ID_BYTES];
+} trncclUniqueId;
+
+typedef struct trncclComm* trncclComm_t;
+typedef struct trncclRequest* trncclRequest_t;
+
+/* Split colour meaning "this rank joins no new communicator". */
+#define TRNCCL_SPLIT_NOCOLOR (-1)
+/* Timeout value meaning "use TRNCCL_TIMEOUT". */
+#define TRNCCL_TIMEOUT_DEFAULT (-1)
+
+#define TRNCCL_CONFIG_MAGIC 0x74726e63u /* "trnc" */
+typedef struct {
+  size_t size;             /* sizeof(trncclConfig_t), set by the initializer */
+  unsigned int magic;      /* TRNCCL_CONFIG_MAGIC */
+  unsigned int version;    /* TRNCCL_VERSION_CODE */
+  int blocking;            /* 1: init returns when the communicator is ready (only mode today) */
+  int timeoutMs;           /* per-communicator wait bound; TRNCCL_TIMEOUT_DEFAULT = env */
+  const char* algorithm;   /* like TRNCCL_ALGO; NULL = env / planner */
+  const char* commName;    /* shown in logs and errors; NULL = "comm" */
+} trncclConfig_t;
+
+#define TRNCCL_CONFIG_INITIALIZER                                                     \
+  {                                                                                   \
+    sizeof(trncclConfig_t), TRNCCL_CONFIG_MAGIC, TRNCCL_VERSION_CODE, 1,              \
+        TRNCCL_TIMEOUT_DEFAULT, NULL, NULL                                            \
+  }
+
+/* ---- version, errors ---- */
+trncclResult_t trncclGetVersion(int* version);
+const char* trncclGetErrorString(trncclResult_t result);
+/* The last error on this communicator (or, for comm == NULL, on this thread): a sentence. */
+const char* trncclGetLastError(trncclComm_t comm);
+
+/* ---- communicators ---- */
+/* Creates a rendezvous point in this process; pass the id to every rank out of band. */
+trncclResult_t trncclGetUniqueId(trncclUniqueId* uniqueId);
+trncclResult_t trncclCommInitRank(trncclComm_t* comm, int nranks, trncclUniqueId commId,
+                                  int rank);
+trncclResult_t trncclCommInitRankConfig(trncclComm_t* comm, int nranks, trncclUniqueId commId,
+                                        int rank, const trncclConfig_t* config);
+/* Collective over comm. color TRNCCL_SPLIT_NOCOLOR gives *newcomm = NULL. */
+trncclResult_t trncclCommSplit(trncclComm_t comm, int color, int key, trncclComm_t* newcomm,
+                               const trncclConfig_t* config);
+trncclResult_t trncclCommDestroy(trncclComm_t comm);
+/* Callable from any thread: every waiter on comm (and on peers' copies) returns trncclAborted
+ * or trncclRemoteError, then the communicator is freed. */
+trncclResult_t trncclCommAbort(trncclComm_t comm);
+trncclResult_t trncclCommGetAsyncError(trncclComm_t comm, trncclResult_t* asyncError);
+trncclResult_t trncclCommCount(const trncclComm_t comm, int* count);
+trncclResult_t trncclCommUserRank(const trncclComm_t comm, int* rank);
+
+/* ---- requests (non-blocking forms) ---- */
+/* *done = 1 when complete; the request is then freed and *request set to NULL. Returns the
+ * operation's result once complete. */
+trncclResult_t trncclTest(trncclRequest_t* request, int* done);
+/* Waits up to timeoutMs (TRNCCL_TIMEOUT_DEFAULT = the communicator's timeout). On completion
+ * or error the request is freed and *request set to NULL; on trncclTimeout it stays valid. */
+trncclResult_t trncclWait(trncclRequest_t* request, int64_t timeoutMs);
+
+/* ---- collectives (blocking; the *Async form returns a request instead) ---- */
+trncclResult_t trncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                               trncclDataType_t datatype, trncclRedOp_t op, trncclComm_t comm);
+trncclResult_t trncclAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count,
+                                    trncclDataType_t datatype, trncclRedOp_t op,
+                                    trncclComm_t comm, trncclRequest_t* request);
+
+/* sendcount elements per rank; recvbuff holds nranks * sendcount. */
+trncclResult_t trncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                               trncclDataType_t datatype, trncclComm_t comm);
+trncclResult_t trncclAllGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    trncclDataType_t datatype, trncclComm_t comm,
+                                    trncclRequest_t* request);
+
+/* sendbuff holds nranks * recvcount; each rank receives its reduced block of recvcount. */
+trncclResult_t trncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                   trncclDataType_t datatype, trncclRedOp_t op,
+                                   trncclComm_t comm);
+trncclResult_t trncclReduceScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        trncclDataType_t datatype, trncclRedOp_t op,
+                                        trncclComm_t comm, trncclRequest_t* request);
+
+trncclResult_t trncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                               trncclDataType_t datatype, int root, trncclComm_t comm);
+trncclResult_t trncclBroadcastAsync(const void* sendbuff, void* recvbuff, size_t count,
+                                    trncclDataType_t datatype, int root, trncclComm_t comm,
+                                    trncclRequest_t* request);
+
+/* recvbuff is only written (and only required) on root. */
+trncclResult_t trncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                            trncclDataType_t datatype, trncclRedOp_t op, int root,
+                            trncclComm_t comm);
+trncclResult_t trncclReduceAsync(const void* sendbuff, void* recvbuff, size_t count,
+                                 trncclDataType_t datatype, trncclRedOp_t op, int root,
+                                 trncclComm_t comm, trncclRequest_t* request);
+
+/* count elements to and from every rank; buffers hold nranks * count. */
+trncclResult_t trncclAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                              trncclDataType_t datatype, trncclComm_t comm);
+trncclResult_t trncclAllToAllAsync(const void* sendbuff, void* recvbuff, size_t count,
+                                   trncclDataType_t datatype, trncclComm_t comm,
+                                   trncclRequest_t* request);
+
+/* Counts and displacements in elements, one entry per rank. sendcounts[j] on rank i must equal
+ * recvcounts[i] on rank j; a mismatch is reported as trncclInvalidUsage. */
+trncclResult_t trncclAllToAllv(const void* sendbuff, const size_t sendcounts[],
+                               const size_t sdispls[], void* recvbuff, const size_t recvcounts[],
+                               const size_t rdispls[], trncclDataType_t datatype,
+                               trncclComm_t comm);
+trncclResult_t trncclAllToAllvAsync(const void* sendbuff, const size_t sendcounts[],
+                                    const size_t sdispls[], void* recvbuff,
+                                    const size_t recvcounts[], const size_t rdispls[],
+                                    trncclDataType_t datatype, trncclComm_t comm,
+                                    trncclRequest_t* request);
+
+trncclResult_t trncclSend(const void* sendbuff, size_t count, trncclDataType_t datatype,
+                          int peer, trncclComm_t comm);
+trncclResult_t trncclSendAsync(const void* sendbuff, size_t count, trncclDataType_t datatype,
+                               int peer, trncclComm_t comm, trncclRequest_t* request);
+trncclResult_t trncclRecv(void* recvbuff, size_t count, trncclDataType_t datatype, int peer,
+                          trncclComm_t comm);
+trncclResult_t trncclRecvAsync(void* recvbuff, size_t count, trncclDataType_t datatype,
+                               int peer, trncclComm_t comm, trncclRequest_t* request);
+
+trncclResult_t trncclBarrier(trncclComm_t comm);
+trncclResult_t trncclBarrierAsync(trncclComm_t comm, trncclRequest_t* request);
+
+/* Calls between GroupStart and GroupEnd on this thread are queued and launched together at
+ * GroupEnd; point-to-point calls of a group progress concurrently (so a ring of sends and
+ * receives cannot deadlock). GroupEnd blocks until the group completes. */
+trncclResult_t trncclGroupStart(void);
+trncclResult_t trncclGroupEnd(void);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* TRNCCL_H_ */

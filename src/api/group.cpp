@@ -1,0 +1,93 @@
+// trncclGroupStart/End: calls are queued per thread and launched at the outermost GroupEnd.
+// Consecutive point-to-point calls on one communicator fuse into one operation whose steps
+// progress together; collectives keep their own operations, in call order.
+#include "api/group.hpp"
+
+#include <sched.h>
+
+#include <vector>
+
+using trnccl::Code;
+using trnccl::CollArgs;
+using trnccl::CollKind;
+using trnccl::makeError;
+using trnccl::api::report;
+
+namespace trnccl::api {
+namespace {
+
+struct PendingCall {
+  trncclComm_t comm;
+  CollArgs args;
+};
+
+struct GroupState {
+  int depth = 0;
+  std::vector<PendingCall> calls;
+};
+
+thread_local GroupState group;
+
+}  // namespace
+
+bool groupActive() { return group.depth > 0; }
+
+void groupAdd(trncclComm_t comm, const CollArgs& args) { group.calls.push_back({comm, args}); }
+
+}  // namespace trnccl::api
+
+extern "C" trncclResult_t trncclGroupStart(void) {
+  ++trnccl::api::group.depth;
+  return trncclSuccess;
+}
+
+extern "C" trncclResult_t trncclGroupEnd(void) {
+  auto& group = trnccl::api::group;
+  if (group.depth == 0)
+    return report(nullptr, makeError(Code::kInvalidUsage,
+                                     "trncclGroupEnd without a matching trncclGroupStart"));
+  if (--group.depth > 0) return trncclSuccess;
+  std::vector<trnccl::api::PendingCall> calls;
+  calls.swap(group.calls);
+
+  struct Launched {
+    trncclComm_t comm;
+    std::shared_ptr<trnccl::Operation> op;
+  };
+  std::vector<Launched> launched;
+  trncclResult_t result = trncclSuccess;
+  size_t i = 0;
+  while (i < calls.size() && result == trncclSuccess) {
+    trncclComm_t comm = calls[i].comm;
+    std::vector<CollArgs> batch = {calls[i].args};
+    size_t j = i + 1;
+    if (calls[i].args.kind == CollKind::kSendRecv) {
+      // Fuse every later point-to-point call on this communicator up to its next collective.
+      for (; j < calls.size(); ++j) {
+        if (calls[j].comm != comm) continue;
+        if (calls[j].args.kind != CollKind::kSendRecv) break;
+        batch.push_back(calls[j].args);
+        calls[j].comm = nullptr;  // consumed
+      }
+    }
+    auto op = comm->impl->enqueue(batch);
+    if (!op.isOk()) result = report(comm, op.status().withContext("trncclGroupEnd: "));
+    else launched.push_back({comm, op.value()});
+    do { ++i; } while (i < calls.size() && calls[i].comm == nullptr);
+  }
+  // Progress every communicator of the group together, so that operations on different
+  // communicators that depend on each other cannot deadlock.
+  bool pending = true;
+  int polls = 0;
+  while (pending) {
+    pending = false;
+    for (auto& l : launched)
+      if (!l.comm->impl->test(l.op)) pending = true;
+    if (pending && ++polls > 1000) sched_yield();
+  }
+  for (auto& l : launched) {
+    trncclResult_t r = report(l.comm, l.op->result);
+    if (result == trncclSuccess) result = r;
+  }
+  return result;
+}

@@ -1,0 +1,48 @@
+// TCP rendezvous behind trncclUniqueId. trncclGetUniqueId starts a root thread in the calling
+// process; every rank connects to it, sends a validated Hello with its PeerInfo, and receives
+// the table of all ranks. Stray or malformed connections are dropped with a warning; a job
+// whose ranks never all arrive gets a Timeout listing the missing ranks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+#include "trnccl.h"
+
+namespace trnccl::bootstrap {
+
+// Everything a rank tells the others at init. Fixed size and trivially copyable: it is
+// sent as bytes, so fields only ever get appended (bump kWireVersion when they do).
+struct PeerInfo {
+  uint64_t hostHash = 0;   // ranks with equal hashes share a node
+  int32_t rank = -1;
+  int32_t pid = 0;
+  char hostName[64] = {};
+  char hostId[64] = {};    // readable host identity (TRNCCL_HOSTID or hostname)
+  uint8_t transportAddress[256] = {};  // reserved for network transports' endpoint names
+};
+
+struct UniqueIdData {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t ipv4;  // network byte order
+  uint16_t port;
+  uint16_t reserved;
+  uint64_t nonce;  // names this job: shm segments, and rejects connections from other jobs
+};
+static_assert(sizeof(UniqueIdData) <= TRNCCL_UNIQUE_ID_BYTES);
+
+Status createUniqueId(trncclUniqueId* id);
+Result<UniqueIdData> parseUniqueId(const trncclUniqueId& id);
+
+// Blocks until every rank joined or timeoutSeconds passed. Returns the table indexed by rank.
+Result<std::vector<PeerInfo>> rendezvous(const trncclUniqueId& id, int nranks, int rank,
+                                         const PeerInfo& self, double timeoutSeconds);
+
+// Hex text form of a unique id, for passing through environment variables.
+std::string uniqueIdToHex(const trncclUniqueId& id);
+Result<trncclUniqueId> uniqueIdFromHex(const std::string& hex);
+
+}  // namespace trnccl::bootstrap

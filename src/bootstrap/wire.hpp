@@ -1,0 +1,30 @@
+// Bootstrap wire format: a fixed header, then a payload of header.length bytes.
+#pragma once
+
+#include <cstdint>
+
+namespace trnccl::bootstrap::wire {
+
+constexpr uint32_t kMagic = 0x544e4231;  // "TNB1"
+constexpr uint16_t kVersion = 1;
+constexpr uint32_t kMaxPayload = 16u << 20;
+constexpr uint32_t kIdMagic = 0x74726e69;  // "trni"
+
+enum class Type : uint16_t { kHello = 1, kTable = 2, kError = 3 };
+
+struct Header {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t type;
+  uint32_t length;
+};
+
+struct Hello {
+  uint64_t nonce;
+  int32_t nranks;
+  int32_t rank;
+  int64_t timeoutMs;
+  // followed by one PeerInfo
+};
+
+}  // namespace trnccl::bootstrap::wire

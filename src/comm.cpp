@@ -1,0 +1,363 @@
+#include "comm.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "core/dtype.hpp"
+#include "core/env.hpp"
+#include "core/log.hpp"
+#include "core/reduce.hpp"
+
+namespace trnccl {
+namespace {
+
+std::string describeCall(const std::vector<CollArgs>& calls) {
+  const CollArgs& a = calls.front();
+  if (a.kind == CollKind::kSendRecv) {
+    std::string text;
+    for (const CollArgs& c : calls) {
+      text += strformat("%s%s(count=%zu, %s, peer=%d)", text.empty() ? "" : "+",
+                        c.isSend ? "Send" : "Recv", c.count, dtypeName(c.dtype), c.peer);
+    }
+    return text;
+  }
+  std::string text = strformat("%s(count=%zu, %s", collName(a.kind), a.count, dtypeName(a.dtype));
+  if (a.kind == CollKind::kAllReduce || a.kind == CollKind::kReduce ||
+      a.kind == CollKind::kReduceScatter)
+    text += strformat(", %s", redOpName(a.op));
+  if (a.kind == CollKind::kBroadcast || a.kind == CollKind::kReduce)
+    text += strformat(", root=%d", a.root);
+  return text + ")";
+}
+
+// A queued call (or a fused group of point-to-point calls) and how to plan it.
+class CallOperation final : public Operation {
+ public:
+  CallOperation(std::vector<CollArgs> calls, const Planner* planner, Algorithm algo)
+      : Operation(calls.front().kind), calls_(std::move(calls)), planner_(planner), algo_(algo) {}
+
+  std::string description() const override { return describeCall(calls_); }
+
+ private:
+  Status plan(ScheduleBuilder& b) override {
+    if (calls_.size() == 1) return planner_->build(b, calls_.front(), algo_);
+    ConcurrentSteps together(b);  // a group of point-to-point calls progresses as one
+    for (const CollArgs& call : calls_) TRNCCL_RETURN_IF_ERROR(planner_->build(b, call, algo_));
+    return Status::ok();
+  }
+
+  std::vector<CollArgs> calls_;
+  const Planner* planner_;
+  Algorithm algo_;
+};
+
+inline void cpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+Result<size_t> bytesSetting(const env::Var& var, int64_t minimum, int64_t maximum) {
+  auto value = env::getInt(var);
+  TRNCCL_RETURN_IF_ERROR(value.status());
+  if (value.value() < minimum || value.value() > maximum)
+    return makeError(Code::kInvalidArgument, "%s=%lld is outside [%lld, %lld]", var.name,
+                     static_cast<long long>(value.value()), static_cast<long long>(minimum),
+                     static_cast<long long>(maximum));
+  return static_cast<size_t>(value.value());
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Communicator>> Communicator::create(int nranks, const trncclUniqueId& id,
+                                                           int rank,
+                                                           const CommOptions& options) {
+  std::shared_ptr<Communicator> comm(new Communicator());
+  TRNCCL_RETURN_IF_ERROR(comm->init(nranks, id, rank, options));
+  return comm;
+}
+
+Communicator::~Communicator() = default;
+
+Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
+                          const CommOptions& options) {
+  rank_ = rank;
+  nranks_ = nranks;
+  options_ = options;
+  auto spin = env::getInt(env::kSpinCount);
+  TRNCCL_RETURN_IF_ERROR(spin.status());
+  spinCount_ = static_cast<int>(std::max<int64_t>(0, spin.value()));
+  auto windowBytes = bytesSetting(env::kShmChunkBytes, 4096, 1LL << 30);
+  TRNCCL_RETURN_IF_ERROR(windowBytes.status());
+  auto ringSlots = bytesSetting(env::kShmRingSlots, 2, 1024);
+  TRNCCL_RETURN_IF_ERROR(ringSlots.status());
+  auto ringSlotBytes = bytesSetting(env::kShmRingSlotBytes, 4096, 64LL << 20);
+  TRNCCL_RETURN_IF_ERROR(ringSlotBytes.status());
+  auto oneShot = bytesSetting(env::kOneShotMaxBytes, 0, 1LL << 30);
+  TRNCCL_RETURN_IF_ERROR(oneShot.status());
+  auto parsedAlgo = parseAlgoOverrides(options.algorithm.empty() ? env::getString(env::kAlgo)
+                                                                 : options.algorithm);
+  TRNCCL_RETURN_IF_ERROR(parsedAlgo.status());
+
+  topology::HostIdentity host = topology::localHostIdentity();
+  bootstrap::PeerInfo me;
+  me.hostHash = host.hash;
+  me.rank = rank;
+  me.pid = getpid();
+  std::snprintf(me.hostName, sizeof(me.hostName), "%s", host.name.c_str());
+  std::snprintf(me.hostId, sizeof(me.hostId), "%s", host.id.c_str());
+  Deadline deadline = Deadline::after(options.timeoutSeconds);
+  auto table = bootstrap::rendezvous(id, nranks, rank, me, options.timeoutSeconds);
+  TRNCCL_RETURN_IF_ERROR(table.status());
+  peers_ = std::move(table.value());
+
+  std::vector<uint64_t> hashes;
+  for (const auto& p : peers_) hashes.push_back(p.hostHash);
+  layout_ = topology::groupByHost(hashes);
+  if (layout_.nnodes > 1) {
+    int other = layout_.ranksOfNode[layout_.nodeOfRank[rank] == 0 ? 1 : 0].front();
+    return makeError(Code::kInvalidUsage,
+                     "the ranks span %d nodes (rank %d is on host '%s', rank %d on '%s'), but "
+                     "this build has no transport between nodes yet (the efa transport); run "
+                     "every rank on one host, or give them the same TRNCCL_HOSTID",
+                     layout_.nnodes, rank, peers_[rank].hostId, other, peers_[other].hostId);
+  }
+  std::string transports = env::getString(env::kTransport);
+  if (!transports.empty() && nranks > 1 && transports.find("shm") == std::string::npos)
+    return makeError(Code::kInvalidUsage,
+                     "TRNCCL_TRANSPORT='%s' leaves no transport for the other ranks on this "
+                     "node (available: self, shm)", transports.c_str());
+
+  const auto& localRanks = layout_.ranksOfNode[layout_.nodeOfRank[rank]];
+  localOfRank_.assign(nranks, -1);
+  for (size_t i = 0; i < localRanks.size(); ++i) localOfRank_[localRanks[i]] = static_cast<int>(i);
+  int localRank = localOfRank_[rank];
+
+  shm::SegmentParams params;
+  params.localSize = static_cast<uint32_t>(localRanks.size());
+  params.windowBytes = (windowBytes.value() + 4095) / 4096 * 4096;
+  params.ringSlots = static_cast<uint32_t>(ringSlots.value());
+  params.ringSlotBytes = (ringSlotBytes.value() + 63) / 64 * 64;
+  bootstrap::UniqueIdData idData = bootstrap::parseUniqueId(id).value();
+  std::string segmentName =
+      strformat("trnccl-%016llx-%016llx", static_cast<unsigned long long>(idData.nonce),
+                static_cast<unsigned long long>(peers_[rank].hostHash));
+  TRNCCL_RETURN_IF_ERROR(segment_.attach(env::getString(env::kShmDir), segmentName, localRank,
+                                         params, deadline));
+
+  shm_ = std::make_unique<shm::ShmTransport>(segment_, rank, localOfRank_);
+  self_ = std::make_unique<SelfTransport>(rank);
+  ctx_.rank = rank;
+  ctx_.localRank = localRank;
+  ctx_.globalOfLocal = localRanks;
+  ctx_.segment = &segment_;
+  ctx_.windows = &windows_;
+  ctx_.transportOfPeer.resize(nranks);
+  for (int r = 0; r < nranks; ++r)
+    ctx_.transportOfPeer[r] = r == rank ? static_cast<Transport*>(self_.get()) : shm_.get();
+
+  CommView view;
+  view.rank = rank;
+  view.nranks = nranks;
+  view.allLocal = layout_.nnodes == 1;
+  view.segment = &segment_;
+  view.windowBytes = segment_.params().windowBytes;  // the creator's values bind everyone
+  view.oneShotMaxBytes = oneShot.value();
+  planner_ = std::make_unique<Planner>(view, parsedAlgo.value());
+
+  for (int r : localRanks)
+    if (r != rank) watch_.watch(r, peers_[r].pid);
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (localRanks.size() > cores) spinCount_ = std::min(spinCount_, 50);
+
+  TRNCCL_INFO(log::kInit,
+              "%s rank %d/%d: %d node(s), local rank %d of %zu, pid %d on %s; transports: "
+              "self for itself, shm for %d peer(s); shm window %zu B x %d slots, rings %u x "
+              "%zu B; reduction kernels %s; spin %d; timeout %.1f s",
+              options_.name.c_str(), rank, nranks, layout_.nnodes, localRank, localRanks.size(),
+              me.pid, host.name.c_str(), nranks - 1, view.windowBytes, shm::kWindowSlots,
+              segment_.params().ringSlots, static_cast<size_t>(segment_.params().ringSlotBytes),
+              reduceKernelIsa(), spinCount_, options_.timeoutSeconds);
+  TRNCCL_INFO(log::kInit, "%s rank %d plan: %s", options_.name.c_str(), rank,
+              planner_->planTable().c_str());
+  return Status::ok();
+}
+
+Result<std::shared_ptr<Operation>> Communicator::enqueue(const std::vector<CollArgs>& calls) {
+  const CollArgs& first = calls.front();
+  size_t bytes = first.count * dtypeSize(first.dtype);
+  auto algo = planner_->choose(first.kind, bytes);
+  TRNCCL_RETURN_IF_ERROR(algo.status());
+  auto op = std::make_shared<CallOperation>(calls, planner_.get(), algo.value());
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failure_.isOk())
+    return Status(failure_.code() == Code::kAborted ? Code::kAborted : Code::kInvalidUsage,
+                  "the communicator is unusable after an earlier error (" + failure_.message() +
+                      "); destroy or abort it");
+  TRNCCL_TRACE(log::kColl, "%s rank %d enqueue %s algorithm %s", options_.name.c_str(), rank_,
+               op->description().c_str(), algorithmName(algo.value()));
+  queue_.push_back(op);
+  return std::shared_ptr<Operation>(std::move(op));
+}
+
+std::string Communicator::describePeer(int rank) const {
+  if (rank < 0 || rank >= nranks_) return "an unknown rank";
+  return strformat("rank %d (pid %d on %s)", rank, peers_[rank].pid, peers_[rank].hostName);
+}
+
+Status Communicator::healthLocked(Operation& op) {
+  if (abortRequested_.load(std::memory_order_acquire))
+    return makeError(Code::kAborted, "trncclCommAbort was called on this communicator while "
+                     "the operation was in progress");
+  if (segment_.aborted()) {
+    int who = segment_.abortRank();
+    return makeError(who == rank_ ? Code::kAborted : Code::kRemoteError,
+                     "stopped because rank %d failed: %s", who, segment_.abortReason().c_str());
+  }
+  int64_t now = nowNs();
+  int peer = op.blockedOnPeer();
+  // Only the peer this rank waits for matters: a peer that finished and exited is fine, and a
+  // crash elsewhere reaches us through the segment's abort flag raised by its neighbours.
+  if (peer >= 0 && peer != rank_ && now - lastLivenessCheckNs_ > 5'000'000) {
+    lastLivenessCheckNs_ = now;
+    int local = localOfRank_[peer];
+    if (local >= 0 && segment_.rankArea(local)->departed.load(std::memory_order_acquire))
+      return makeError(Code::kInvalidUsage,
+                       "%s destroyed its communicator while this rank was still %s it: the "
+                       "ranks made different numbers of calls", describePeer(peer).c_str(),
+                       op.blockedOn());
+    if (watch_.isDead(peer))
+      return makeError(Code::kRemoteError,
+                       "%s exited while this rank was %s it; the job cannot continue (look at "
+                       "rank %d's output for why it died)",
+                       describePeer(peer).c_str(), op.blockedOn(), peer);
+  }
+  if (now - op.blockedSinceNs(now) > static_cast<int64_t>(options_.timeoutSeconds * 1e9))
+    return makeError(Code::kTimeout,
+                     "not complete after %.1f s: still %s %s. Raise TRNCCL_TIMEOUT (or the "
+                     "config's timeoutMs) if the peer is just slow; otherwise it is stuck or "
+                     "made a different call",
+                     options_.timeoutSeconds, op.blockedOn(), describePeer(peer).c_str());
+  return Status::ok();
+}
+
+void Communicator::failLocked(const Status& status) {
+  if (failure_.isOk()) {
+    failure_ = status;
+    if (!segment_.aborted()) segment_.raiseAbort(status.code(), rank_, status.message());
+    TRNCCL_WARN(log::kColl, "%s", status.message().c_str());
+    setLastError(status.message());
+  }
+  bool first = true;
+  for (auto& op : queue_) {
+    op->result = first ? status
+                       : Status(status.code(), "rank " + std::to_string(rank_) + " " +
+                                                   op->description() +
+                                                   ": not run, an earlier operation failed: " +
+                                                   status.message());
+    op->finished.store(true, std::memory_order_release);
+    first = false;
+  }
+  queue_.clear();
+}
+
+void Communicator::progressLocked() {
+  while (!queue_.empty()) {
+    std::shared_ptr<Operation> op = queue_.front();
+    Status status;
+    if (!failure_.isOk()) {
+      status = failure_;
+    } else {
+      auto done = op->progress(ctx_);
+      status = done.status();
+      if (status.isOk() && done.value()) {
+        op->result = Status::ok();
+        op->finished.store(true, std::memory_order_release);
+        queue_.pop_front();
+        continue;
+      }
+      // Waiting on peers. Health checks read the clock and poll pidfds: every 64th pass is
+      // often enough to notice failures within microseconds and keeps the spin loop tight.
+      if (status.isOk() && (++blockedPasses_ & 63) == 0) status = healthLocked(*op);
+      if (status.isOk()) return;
+      status = status.withContext(
+          strformat("rank %d %s on %s: ", rank_, op->description().c_str(), options_.name.c_str()));
+    }
+    failLocked(status);
+    return;
+  }
+}
+
+bool Communicator::test(const std::shared_ptr<Operation>& op) {
+  if (op->finished.load(std::memory_order_acquire)) return true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  progressLocked();
+  return op->finished.load(std::memory_order_acquire);
+}
+
+Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSeconds) {
+  Deadline deadline = Deadline::after(timeoutSeconds < 0 ? 1e9 : timeoutSeconds);
+  int polls = 0;
+  while (!test(op)) {
+    if (++polls > spinCount_) sched_yield();
+    else cpuRelax();
+    if ((polls & 63) == 0 && timeoutSeconds >= 0 && deadline.expired())
+      return makeError(Code::kInProgress, "rank %d %s on %s: still in progress after the "
+                       "wait's %.3f s timeout", rank_, op->description().c_str(),
+                       options_.name.c_str(), timeoutSeconds);
+  }
+  return op->result;
+}
+
+Status Communicator::flush() {
+  std::shared_ptr<Operation> last;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (queue_.empty()) return Status::ok();
+    last = queue_.back();
+  }
+  return wait(last, -1);
+}
+
+void Communicator::markDeparted() {
+  segment_.rankArea(localOfRank_[rank_])->departed.store(1, std::memory_order_release);
+}
+
+void Communicator::requestAbort() {
+  abortRequested_.store(true, std::memory_order_release);
+  segment_.raiseAbort(Code::kAborted, rank_,
+                      strformat("rank %d called trncclCommAbort on %s", rank_,
+                                options_.name.c_str()));
+  std::lock_guard<std::mutex> lock(mutex_);
+  failLocked(makeError(Code::kAborted, "rank %d %s: aborted by trncclCommAbort", rank_,
+                       options_.name.c_str()));
+}
+
+Status Communicator::asyncError() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (failure_.isOk() && !queue_.empty()) progressLocked();
+  if (failure_.isOk()) {
+    // Nothing queued: still notice peers that failed or died, as NCCL's async error does.
+    if (segment_.aborted() && segment_.abortRank() != rank_) {
+      failLocked(makeError(Code::kRemoteError, "rank %d %s: rank %d failed: %s", rank_,
+                           options_.name.c_str(), segment_.abortRank(),
+                           segment_.abortReason().c_str()));
+    }
+  }
+  return failure_;
+}
+
+void Communicator::setLastError(const std::string& text) {
+  std::lock_guard<std::mutex> lock(errorMutex_);
+  lastError_ = text;
+}
+
+std::string Communicator::lastError() {
+  std::lock_guard<std::mutex> lock(errorMutex_);
+  return lastError_;
+}
+
+}  // namespace trnccl

@@ -1,0 +1,97 @@
+// The communicator: rendezvous, transports per peer, the shared segment, the planner and the
+// ordered queue of operations that the progress engine advances. Every entry point is
+// thread-safe; operations run in the order they were enqueued.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.hpp"
+#include "collectives/planner.hpp"
+#include "core/liveness.hpp"
+#include "engine/operation.hpp"
+#include "topology/host.hpp"
+#include "transports/self/self_transport.hpp"
+#include "transports/shm/segment.hpp"
+#include "transports/shm/shm_transport.hpp"
+
+namespace trnccl {
+
+struct CommOptions {
+  double timeoutSeconds = 300;
+  std::string algorithm;  // TRNCCL_ALGO syntax
+  std::string name = "comm";
+};
+
+class Communicator {
+ public:
+  static Result<std::shared_ptr<Communicator>> create(int nranks, const trncclUniqueId& id,
+                                                      int rank, const CommOptions& options);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  const std::string& name() const { return options_.name; }
+  const CommOptions& options() const { return options_; }
+  double timeoutSeconds() const { return options_.timeoutSeconds; }
+
+  // Queues one call (a collective, or a fused group of point-to-point calls).
+  Result<std::shared_ptr<Operation>> enqueue(const std::vector<CollArgs>& calls);
+  // Progresses until op completes, fails, or (timeoutSeconds >= 0) the wait times out; a
+  // timed-out wait leaves the operation queued (kInProgress is returned).
+  Status wait(const std::shared_ptr<Operation>& op, double timeoutSeconds);
+  // One non-blocking progress pass; true if op has finished.
+  bool test(const std::shared_ptr<Operation>& op);
+  // Waits for every queued operation (used by destroy).
+  Status flush();
+  // Tells local peers this rank left on purpose (after flush, before destroy).
+  void markDeparted();
+
+  // Any thread: fail every pending operation and tell local peers.
+  void requestAbort();
+  Status asyncError();
+
+  void setLastError(const std::string& text);
+  std::string lastError();
+
+ private:
+  Communicator() = default;
+  Status init(int nranks, const trncclUniqueId& id, int rank, const CommOptions& options);
+  void progressLocked();
+  Status healthLocked(Operation& op);
+  void failLocked(const Status& status);
+  std::string describePeer(int rank) const;
+
+  int rank_ = 0;
+  int nranks_ = 0;
+  CommOptions options_;
+  int spinCount_ = 2000;
+  std::vector<bootstrap::PeerInfo> peers_;
+  topology::JobLayout layout_;
+  std::vector<int> localOfRank_;
+  shm::Segment segment_;
+  std::unique_ptr<shm::ShmTransport> shm_;
+  std::unique_ptr<SelfTransport> self_;
+  WindowState windows_;
+  ExecContext ctx_;
+  std::unique_ptr<Planner> planner_;
+  ProcessWatch watch_;
+
+  std::mutex mutex_;
+  std::deque<std::shared_ptr<Operation>> queue_;
+  Status failure_;  // sticky: once set, the communicator only reports it
+  int64_t lastLivenessCheckNs_ = 0;
+  uint64_t blockedPasses_ = 0;
+  std::atomic<bool> abortRequested_{false};
+
+  std::mutex errorMutex_;
+  std::string lastError_;
+
+  friend class WaitPolicy;
+};
+
+}  // namespace trnccl

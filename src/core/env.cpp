@@ -1,0 +1,128 @@
+#include "core/env.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace trnccl::env {
+
+const Var kDebug{"TRNCCL_DEBUG", Kind::kString, "WARN",
+                 "Log level: NONE, WARN, INFO or TRACE."};
+const Var kDebugSubsys{"TRNCCL_DEBUG_SUBSYS", Kind::kString, "ALL",
+                       "Comma list of subsystems to log: INIT,COLL,NET,SHM,TOPO,BOOT,MOE or ALL; "
+                       "a leading ^ excludes the listed ones."};
+const Var kDebugFile{"TRNCCL_DEBUG_FILE", Kind::kString, "",
+                     "Write logs to this file instead of stderr; %h is replaced by the host name "
+                     "and %p by the pid."};
+const Var kTimeout{"TRNCCL_TIMEOUT", Kind::kSeconds, "300",
+                   "Upper bound in seconds on every wait (init rendezvous, collectives, "
+                   "requests). A wait that runs past it returns trncclTimeout naming the peers "
+                   "still missing."};
+const Var kSpinCount{"TRNCCL_SPIN_COUNT", Kind::kInt, "2000",
+                     "Polls a waiting rank spins before it starts yielding the core "
+                     "(sched_yield); lower it when ranks outnumber cores."};
+const Var kHostId{"TRNCCL_HOSTID", Kind::kString, "",
+                  "Overrides this process's host identity (default: hash of hostname and boot "
+                  "id). Ranks with different values are treated as different nodes."};
+const Var kBootstrapAddr{"TRNCCL_BOOTSTRAP_ADDR", Kind::kString, "127.0.0.1",
+                         "IPv4 address the rendezvous root listens on and puts in the unique "
+                         "id. Set a routable address for jobs that span hosts."};
+const Var kRank{"TRNCCL_RANK", Kind::kInt, "-1",
+                "Rank of this process, set by the trnccl-run launcher for tools and examples."};
+const Var kNranks{"TRNCCL_NRANKS", Kind::kInt, "-1",
+                  "Number of ranks in the job, set by the trnccl-run launcher."};
+const Var kUniqueId{"TRNCCL_UNIQUE_ID", Kind::kString, "",
+                    "Hex-encoded trncclUniqueId, set by the trnccl-run launcher."};
+const Var kTransport{"TRNCCL_TRANSPORT", Kind::kString, "",
+                     "Comma list restricting the transports used between ranks (self, shm). "
+                     "Empty = every transport built in."};
+const Var kAlgo{"TRNCCL_ALGO", Kind::kString, "",
+                "Algorithm override: 'ring', 'direct', or per collective "
+                "'allreduce:ring;allgather:direct'. Empty = planner's choice."};
+const Var kShmChunkBytes{"TRNCCL_SHM_CHUNK_BYTES", Kind::kBytes, "256K",
+                         "Bytes per rank in each shared-window pipeline chunk (two chunks per "
+                         "rank are staged). Keep all ranks' chunks inside the last-level cache."};
+const Var kShmRingSlots{"TRNCCL_SHM_RING_SLOTS", Kind::kInt, "8",
+                        "Slots in each shared-memory point-to-point ring."};
+const Var kShmRingSlotBytes{"TRNCCL_SHM_RING_SLOT_BYTES", Kind::kBytes, "64K",
+                            "Bytes per slot of each shared-memory point-to-point ring."};
+const Var kOneShotMaxBytes{"TRNCCL_ONESHOT_MAX_BYTES", Kind::kBytes, "16K",
+                           "All-reduce messages up to this size use the one-shot direct "
+                           "algorithm (every rank reduces every input) instead of two-shot."};
+const Var kShmDir{"TRNCCL_SHM_DIR", Kind::kString, "/dev/shm",
+                  "Where shared-memory segments live; must be a tmpfs mount."};
+
+const std::vector<const Var*>& all() {
+  static const std::vector<const Var*> vars = {
+      &kDebug,    &kDebugSubsys,  &kDebugFile,     &kTimeout,          &kSpinCount,
+      &kHostId,   &kBootstrapAddr, &kRank,         &kNranks,           &kUniqueId,
+      &kTransport, &kAlgo,         &kShmChunkBytes, &kShmRingSlots,    &kShmRingSlotBytes,
+      &kOneShotMaxBytes, &kShmDir};
+  return vars;
+}
+
+bool isSet(const Var& var) { return std::getenv(var.name) != nullptr; }
+
+std::string getString(const Var& var) {
+  const char* value = std::getenv(var.name);
+  return value ? std::string(value) : std::string(var.defaultValue);
+}
+
+static Status badValue(const Var& var, const std::string& value, const char* expected) {
+  return makeError(Code::kInvalidArgument, "%s='%s' is not %s (default %s: %s)", var.name,
+                   value.c_str(), expected, var.defaultValue, var.doc);
+}
+
+Result<int64_t> getInt(const Var& var) {
+  std::string value = getString(var);
+  const char* text = value.c_str();
+  char* end = nullptr;
+  errno = 0;
+  long long parsed = std::strtoll(text, &end, 10);
+  if (end == text || errno == ERANGE) return badValue(var, value, "an integer");
+  int64_t scale = 1;
+  if (var.kind == Kind::kBytes && *end) {
+    switch (*end) {
+      case 'k': case 'K': scale = 1LL << 10; break;
+      case 'm': case 'M': scale = 1LL << 20; break;
+      case 'g': case 'G': scale = 1LL << 30; break;
+      default: return badValue(var, value, "a byte count (e.g. 64K, 4M)");
+    }
+    ++end;
+    if (*end == 'i' || *end == 'I') ++end;
+    if (*end == 'b' || *end == 'B') ++end;
+  }
+  if (*end) return badValue(var, value, "an integer");
+  return static_cast<int64_t>(parsed) * scale;
+}
+
+Result<double> getSeconds(const Var& var) {
+  std::string value = getString(var);
+  char* end = nullptr;
+  double parsed = std::strtod(value.c_str(), &end);
+  if (end == value.c_str() || *end || !std::isfinite(parsed) || parsed <= 0)
+    return badValue(var, value, "a positive number of seconds");
+  return parsed;
+}
+
+Result<bool> getBool(const Var& var) {
+  std::string value = getString(var);
+  if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
+  if (value == "0" || value == "false" || value == "no" || value == "off" || value.empty())
+    return false;
+  return badValue(var, value, "a boolean (0/1)");
+}
+
+std::string describeAll() {
+  std::string out;
+  for (const Var* var : all()) {
+    const char* current = std::getenv(var->name);
+    out += strformat("%-26s default=%-10s %s%s%s\n    %s\n", var->name, var->defaultValue,
+                     current ? "current=" : "", current ? current : "", current ? "" : "",
+                     var->doc);
+  }
+  return out;
+}
+
+}  // namespace trnccl::env

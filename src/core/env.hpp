@@ -1,0 +1,58 @@
+// The one registry of every TRNCCL_* environment variable: name, default and meaning.
+// Nothing else in the library calls getenv(); `trnccl-info --env` prints this table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace trnccl::env {
+
+enum class Kind { kString, kInt, kBytes, kSeconds, kBool };
+
+struct Var {
+  const char* name;
+  Kind kind;
+  const char* defaultValue;
+  const char* doc;
+};
+
+// Logging.
+extern const Var kDebug;
+extern const Var kDebugSubsys;
+extern const Var kDebugFile;
+// Behaviour of every wait.
+extern const Var kTimeout;
+extern const Var kSpinCount;
+// Identity, bootstrap and launch.
+extern const Var kHostId;
+extern const Var kBootstrapAddr;
+extern const Var kRank;
+extern const Var kNranks;
+extern const Var kUniqueId;
+// Transports and algorithms.
+extern const Var kTransport;
+extern const Var kAlgo;
+extern const Var kShmChunkBytes;
+extern const Var kShmRingSlots;
+extern const Var kShmRingSlotBytes;
+extern const Var kOneShotMaxBytes;
+extern const Var kShmDir;
+
+const std::vector<const Var*>& all();
+
+// True when the variable is set in the environment (even to the empty string).
+bool isSet(const Var& var);
+// The raw value, or the default when unset.
+std::string getString(const Var& var);
+// Integers accept K/M/G (powers of 1024) for kBytes; seconds accept fractions ("2.5").
+Result<int64_t> getInt(const Var& var);
+Result<double> getSeconds(const Var& var);
+Result<bool> getBool(const Var& var);
+
+// Human-readable table of every variable with its current value.
+std::string describeAll();
+
+}  // namespace trnccl::env

@@ -1,0 +1,3 @@
+// Reduction kernels built with the avx512 flags (see meson.build); body in reduce_kernels.inc.
+#define TRNCCL_KERNEL_NS avx512
+#include "core/reduce_kernels.inc"

@@ -1,0 +1,73 @@
+// One queued call on a communicator: a plan (built lazily, when the operation reaches the head
+// of the queue, so that data-dependent plans and window state stay consistent across ranks)
+// and the executor that advances its schedule without blocking. Subclasses (see comm.cpp)
+// say how to plan and how to describe themselves; descriptions are only built for messages.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/coll_kind.hpp"
+#include "engine/schedule.hpp"
+
+namespace trnccl {
+
+// What the executor needs from the communicator.
+struct ExecContext {
+  int rank = 0;
+  int localRank = 0;
+  std::vector<Transport*> transportOfPeer;  // by global rank
+  std::vector<int> globalOfLocal;
+  shm::Segment* segment = nullptr;
+  WindowState* windows = nullptr;
+  // Finished operations return their schedules here; the next ones reuse the memory.
+  std::vector<std::unique_ptr<Schedule>> spareSchedules;
+};
+
+class Operation {
+ public:
+  explicit Operation(CollKind kind) : kind_(kind) {}
+  virtual ~Operation() = default;
+  Operation(const Operation&) = delete;
+  Operation& operator=(const Operation&) = delete;
+
+  // Advances as far as possible; true when complete. An error leaves the op failed.
+  Result<bool> progress(ExecContext& ctx);
+
+  CollKind kind() const { return kind_; }
+  // "AllReduce(count=1024, float, sum)": for logs and error messages only.
+  virtual std::string description() const = 0;
+  // Which peer the op is currently blocked on, for timeout messages (-1 = none).
+  int blockedOnPeer() const { return blockedOnPeer_; }
+  const char* blockedOn() const { return blockedOn_; }
+  bool started() const { return started_; }
+  // When the operation was first seen blocked (0 = not yet); timeouts count from here, which
+  // keeps clock reads off the path of calls that never wait.
+  int64_t blockedSinceNs(int64_t now) {
+    if (startNs_ == 0) startNs_ = now;
+    return startNs_;
+  }
+
+  // Completion as seen by request holders, which may live on other threads.
+  std::atomic<bool> finished{false};
+  Status result;
+
+ private:
+  virtual Status plan(ScheduleBuilder& builder) = 0;
+  static uint64_t signatureOf(const shm::OpDescriptor& d);
+  Result<bool> runStep(const ExecContext& ctx, Step& step);
+  Status checkDescriptors(const ExecContext& ctx);
+
+  CollKind kind_;
+  std::unique_ptr<Schedule> schedule_;
+  size_t cursor_ = 0;
+  bool started_ = false;
+  int64_t startNs_ = 0;
+  int blockedOnPeer_ = -1;
+  const char* blockedOn_ = "";
+};
+
+}  // namespace trnccl

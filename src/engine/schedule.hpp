@@ -1,0 +1,235 @@
+// A collective is a schedule: a list of steps over chunks, built once per call by an algorithm
+// in collectives/ and executed by the progress engine (operation.cpp). Steps that share a
+// group number progress together (a ring step sends and receives at once); groups run in
+// order. Algorithms name peers and buffers only; which transport moves a message is decided
+// per peer by the communicator.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/reduce.hpp"
+#include "core/status.hpp"
+#include "transports/shm/segment.hpp"
+#include "transports/transport.hpp"
+
+namespace trnccl {
+
+enum class StepKind : uint8_t {
+  kCopy,              // memcpy(dst, src, bytes); src may be a peer's window
+  kReduce,            // reduce(pointers[first..first+n]) into dst
+  kPost,              // my progress counter = value (release)
+  kWaitPeers,         // every local peer in peers[first..first+n] has counter >= value
+  kSend,              // message to a peer through its transport
+  kRecv,              // message from a peer, copied or reduced as it lands
+  kPublishDescriptor, // write this op's descriptor where peers can read it
+  kCheckDescriptors,  // compare peers' descriptors with ours (after they posted)
+  kCallback,          // runs callbacks[first], which may append steps (data-dependent plans)
+};
+
+// kWaitPeers with first == kAllPeers waits for local ranks 0..n-1 (no peer list needed).
+constexpr uint32_t kAllPeers = 0xFFFFFFFFu;
+
+struct Step {
+  StepKind kind = StepKind::kCopy;
+  uint32_t group = 0;
+  const void* src = nullptr;
+  void* dst = nullptr;
+  size_t bytes = 0;          // kCopy bytes, kReduce element count
+  uint32_t first = 0;        // index into pointers / peers / callbacks
+  uint32_t n = 0;
+  uint64_t value = 0;        // kPost / kWaitPeers absolute counter value
+  int avgDivisor = 0;        // kReduce
+  TransferOp transfer;       // kSend / kRecv
+};
+
+inline Step makeStep(StepKind kind) {
+  Step step;
+  step.kind = kind;
+  return step;
+}
+
+class ScheduleBuilder;
+
+struct Schedule {
+  // Emptied for reuse: the vectors keep their capacity, so steady-state calls do not allocate.
+  void clear() {
+    steps.clear();
+    pointers.clear();
+    peers.clear();
+    callbacks.clear();
+    stepDone.clear();
+    groups = 0;
+  }
+
+  std::vector<Step> steps;
+  std::vector<const void*> pointers;
+  std::vector<int> peers;  // local indices for kWaitPeers
+  std::vector<std::function<Status(ScheduleBuilder&)>> callbacks;
+  std::vector<uint8_t> stepDone;  // executor state, one flag per step
+  shm::OpDescriptor descriptor{};
+  trncclDataType_t dtype = trncclUint8;
+  trncclRedOp_t op = trncclSum;
+  uint32_t groups = 0;
+};
+
+// Tracks window slots and counter values across the operations of one communicator, so that
+// the next operation waits only for what it will overwrite. Advanced at build time: every rank
+// builds the same operations in the same order.
+struct WindowState {
+  uint64_t postsScheduled = 0;
+  uint64_t descriptorSeq = 0;
+  int nextSlot = 0;
+  uint64_t slotReleasedAt[shm::kWindowSlots] = {0, 0};
+  // Per-communicator scratch for algorithms that need temporaries; operations run one at a
+  // time, so the buffer is reused instead of allocated (and page-faulted) per call.
+  std::vector<char> scratch;
+};
+
+class ScheduleBuilder {
+ public:
+  ScheduleBuilder(Schedule& schedule, WindowState* windows, int localSize)
+      : s_(schedule), windows_(windows), localSize_(localSize) {}
+
+  // Every step added until the next newGroup() progresses together.
+  void newGroup() { ++s_.groups; }
+
+  void copy(void* dst, const void* src, size_t bytes) {
+    if (bytes == 0 || dst == src) return;
+    Step step = makeStep(StepKind::kCopy);
+    step.dst = dst;
+    step.src = src;
+    step.bytes = bytes;
+    add(step);
+  }
+
+  // dst = srcOf(0) op srcOf(1) op ... op srcOf(n-1), element-wise over count elements.
+  template <typename SrcOf>
+  void reduce(void* dst, int n, SrcOf srcOf, size_t count, int avgDivisor) {
+    if (count == 0) return;
+    Step step = makeStep(StepKind::kReduce);
+    step.dst = dst;
+    step.bytes = count;
+    step.first = static_cast<uint32_t>(s_.pointers.size());
+    step.n = static_cast<uint32_t>(n);
+    step.avgDivisor = avgDivisor;
+    for (int q = 0; q < n; ++q) s_.pointers.push_back(srcOf(q));
+    add(step);
+  }
+
+  // Returns the counter value peers wait for to know this post happened.
+  uint64_t post() {
+    Step step = makeStep(StepKind::kPost);
+    step.value = ++windows_->postsScheduled;
+    add(step);
+    return step.value;
+  }
+
+  // Waits until every local rank (this one included) has posted value.
+  // The value this rank's next post will carry.
+  uint64_t nextPostValue() const { return windows_->postsScheduled + 1; }
+
+  void waitAll(uint64_t value) {
+    if (value == 0) return;
+    Step step = makeStep(StepKind::kWaitPeers);
+    step.value = value;
+    step.first = kAllPeers;
+    step.n = static_cast<uint32_t>(localSize_);
+    add(step);
+  }
+
+  void waitPeers(const std::vector<int>& localPeers, uint64_t value) {
+    if (value == 0 || localPeers.empty()) return;
+    Step step = makeStep(StepKind::kWaitPeers);
+    step.value = value;
+    step.first = static_cast<uint32_t>(s_.peers.size());
+    step.n = static_cast<uint32_t>(localPeers.size());
+    s_.peers.insert(s_.peers.end(), localPeers.begin(), localPeers.end());
+    add(step);
+  }
+
+  void send(int peer, const void* src, size_t bytes) {
+    Step step = makeStep(StepKind::kSend);
+    step.transfer.peer = peer;
+    step.transfer.src = src;
+    step.transfer.bytes = bytes;
+    add(step);
+  }
+
+  void recv(int peer, void* dst, size_t bytes, const RecvAction& action = {}) {
+    Step step = makeStep(StepKind::kRecv);
+    step.transfer.peer = peer;
+    step.transfer.dst = dst;
+    step.transfer.bytes = bytes;
+    step.transfer.action = action;
+    add(step);
+  }
+
+  void publishDescriptor(const shm::OpDescriptor& descriptor) {
+    s_.descriptor = descriptor;
+    s_.descriptor.seq = ++windows_->descriptorSeq;
+    add(makeStep(StepKind::kPublishDescriptor));
+  }
+  void checkDescriptors() { add(makeStep(StepKind::kCheckDescriptors)); }
+
+  void callback(std::function<Status(ScheduleBuilder&)> fn) {
+    Step step = makeStep(StepKind::kCallback);
+    step.first = static_cast<uint32_t>(s_.callbacks.size());
+    s_.callbacks.push_back(std::move(fn));
+    add(step);
+  }
+
+  // Window slots alternate across chunks and across operations. Before overwriting a slot,
+  // wait until every peer has posted the value that ends its reads of that slot.
+  int acquireSlot() {
+    int slot = windows_->nextSlot;
+    windows_->nextSlot = (slot + 1) % shm::kWindowSlots;
+    waitAll(windows_->slotReleasedAt[slot]);
+    return slot;
+  }
+  void releaseSlotAt(int slot, uint64_t value) { windows_->slotReleasedAt[slot] = value; }
+
+  // Scratch memory valid until the operation completes.
+  char* scratch(size_t bytes) {
+    if (windows_->scratch.size() < bytes) windows_->scratch.resize(bytes);
+    return windows_->scratch.data();
+  }
+
+  Schedule& schedule() { return s_; }
+  int localSize() const { return localSize_; }
+
+ private:
+  void add(Step step) {
+    step.group = s_.groups;
+    s_.steps.push_back(step);
+    newGroup();  // plain steps are groups of one; concurrent() below merges
+  }
+
+  Schedule& s_;
+  WindowState* windows_;
+  int localSize_;
+
+  friend class ConcurrentSteps;
+};
+
+// Within its lifetime, every step added to the builder shares one group (progresses together).
+class ConcurrentSteps {
+ public:
+  explicit ConcurrentSteps(ScheduleBuilder& b) : b_(b), group_(b.schedule().groups) {
+    begin_ = b.schedule().steps.size();
+  }
+  ~ConcurrentSteps() {
+    auto& steps = b_.schedule().steps;
+    for (size_t i = begin_; i < steps.size(); ++i) steps[i].group = group_;
+    b_.schedule().groups = group_ + 1;
+  }
+
+ private:
+  ScheduleBuilder& b_;
+  uint32_t group_;
+  size_t begin_;
+};
+
+}  // namespace trnccl

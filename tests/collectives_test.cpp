@@ -1,0 +1,287 @@
+// Every collective x every data type x every op x the sweep's counts, in place and out of
+// place, for 1, 2, 3, 4, 5 and 8 real rank processes and for each algorithm family, against
+// the serial reference in support/reference.cpp.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <tuple>
+
+#include "support/sweep.hpp"
+
+namespace trnccl::testing {
+namespace {
+
+struct Param {
+  std::string algo;
+  int nranks;
+};
+
+class Collectives : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+ protected:
+  std::string algo() const { return std::get<0>(GetParam()); }
+  int nranks() const { return std::get<1>(GetParam()); }
+  // Runs body on every rank with TRNCCL_ALGO set and a communicator ready.
+  void run(const std::function<void(Failures&, trncclComm_t, int rank, int n)>& body) {
+    std::string algorithm = algo();
+    auto outcomes = runRanks(nranks(), [&](int rank, int n, const trncclUniqueId& id) {
+      setenv("TRNCCL_ALGO", algorithm.c_str(), 1);
+      trncclComm_t comm = nullptr;
+      std::string error = initComm(&comm, n, id, rank);
+      if (!error.empty()) return error;
+      Failures f;
+      body(f, comm, rank, n);
+      if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
+      return f.text();
+    });
+    EXPECT_ALL_RANKS_OK(outcomes);
+  }
+};
+
+std::string label(const char* coll, trncclDataType_t t, trncclRedOp_t op, size_t count,
+                  bool inPlace, int rank) {
+  return std::string(coll) + " " + typeName(t) + " " + opName(op) + " count=" +
+         std::to_string(count) + (inPlace ? " in-place" : " out-of-place") + " rank " +
+         std::to_string(rank);
+}
+
+bool ok(Failures& f, trncclResult_t rc, const std::string& what) {
+  if (rc == trncclSuccess) return true;
+  f.add("%s returned %s: %s", what.c_str(), trncclGetErrorString(rc), trncclGetLastError(nullptr));
+  return false;
+}
+
+std::vector<Bytes> inputsOf(trncclDataType_t t, trncclRedOp_t op, int n, size_t count,
+                            uint64_t salt) {
+  std::vector<Bytes> inputs;
+  for (int q = 0; q < n; ++q) inputs.push_back(makeInput(t, op, q, count, salt));
+  return inputs;
+}
+
+std::vector<const Bytes*> pointers(const std::vector<Bytes>& inputs) {
+  std::vector<const Bytes*> p;
+  for (const auto& b : inputs) p.push_back(&b);
+  return p;
+}
+
+TEST_P(Collectives, AllReduce) {
+  run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    for (auto t : reducibleTypes())
+      for (auto op : allOps())
+        for (size_t count : sweepCounts()) {
+          auto inputs = inputsOf(t, op, n, count, saltOf(t, op, count));
+          Bytes want = reduceReference(t, op, pointers(inputs), 0, count);
+          size_t bytes = count * typeSize(t);
+          for (bool inPlace : {false, true}) {
+            std::string what = label("AllReduce", t, op, count, inPlace, rank);
+            Guarded out(bytes);
+            if (inPlace) std::memcpy(out.ptr(), inputs[rank].data(), bytes);
+            const void* send = inPlace ? out.ptr() : inputs[rank].data();
+            if (!ok(f, trncclAllReduce(send, out.ptr(), count, t, op, comm), what)) return;
+            expectSame(f, what, out.ptr(), want.data(), count, t);
+            if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+          }
+        }
+  });
+}
+
+TEST_P(Collectives, Reduce) {
+  run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    for (auto t : reducibleTypes())
+      for (auto op : allOps())
+        for (size_t count : sweepCounts()) {
+          int root = static_cast<int>(count % n);
+          auto inputs = inputsOf(t, op, n, count, saltOf(t, op, count) + 1);
+          Bytes want = reduceReference(t, op, pointers(inputs), 0, count);
+          size_t bytes = count * typeSize(t);
+          for (bool inPlace : {false, true}) {
+            std::string what = label("Reduce", t, op, count, inPlace, rank);
+            Guarded out(bytes);
+            std::memcpy(out.ptr(), inputs[rank].data(), bytes);
+            const void* send = inPlace ? out.ptr() : inputs[rank].data();
+            if (!ok(f, trncclReduce(send, out.ptr(), count, t, op, root, comm), what)) return;
+            if (rank == root) expectSame(f, what, out.ptr(), want.data(), count, t);
+            else if (!inPlace)  // non-roots' receive buffers are not touched
+              expectSame(f, what + " (non-root buffer)", out.ptr(), inputs[rank].data(), count, t);
+            if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+          }
+        }
+  });
+}
+
+TEST_P(Collectives, ReduceScatter) {
+  run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    for (auto t : reducibleTypes())
+      for (auto op : allOps())
+        for (size_t count : sweepCounts()) {
+          size_t esize = typeSize(t), bytes = count * esize;
+          auto inputs = inputsOf(t, op, n, count * n, saltOf(t, op, count) + 2);
+          Bytes want = reduceReference(t, op, pointers(inputs), rank * count, count);
+          for (bool inPlace : {false, true}) {
+            std::string what = label("ReduceScatter", t, op, count, inPlace, rank);
+            if (inPlace) {  // recvbuff is this rank's block of sendbuff
+              Guarded buf(bytes * n);
+              std::memcpy(buf.ptr(), inputs[rank].data(), bytes * n);
+              char* recv = buf.ptr() + rank * bytes;
+              if (!ok(f, trncclReduceScatter(buf.ptr(), recv, count, t, op, comm), what)) return;
+              expectSame(f, what, recv, want.data(), count, t);
+              if (!buf.guardIntact()) f.add("%s wrote past the end", what.c_str());
+            } else {
+              Guarded out(bytes);
+              if (!ok(f, trncclReduceScatter(inputs[rank].data(), out.ptr(), count, t, op, comm),
+                      what))
+                return;
+              expectSame(f, what, out.ptr(), want.data(), count, t);
+              if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+            }
+          }
+        }
+  });
+}
+
+TEST_P(Collectives, AllGather) {
+  run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    for (auto t : allTypes())
+      for (size_t count : sweepCounts()) {
+        size_t bytes = count * typeSize(t);
+        auto inputs = inputsOf(t, trncclMax, n, count, saltOf(t, 7, count));
+        Bytes want;
+        for (const auto& in : inputs) want.insert(want.end(), in.begin(), in.end());
+        for (bool inPlace : {false, true}) {
+          std::string what = label("AllGather", t, trncclSum, count, inPlace, rank);
+          Guarded out(bytes * n);
+          if (inPlace) std::memcpy(out.ptr() + rank * bytes, inputs[rank].data(), bytes);
+          const void* send = inPlace ? out.ptr() + rank * bytes : inputs[rank].data();
+          if (!ok(f, trncclAllGather(send, out.ptr(), count, t, comm), what)) return;
+          expectSame(f, what, out.ptr(), want.data(), count * n, t);
+          if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+        }
+      }
+  });
+}
+
+TEST_P(Collectives, Broadcast) {
+  run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    for (auto t : allTypes())
+      for (size_t count : sweepCounts()) {
+        int root = static_cast<int>((count + t) % n);
+        size_t bytes = count * typeSize(t);
+        Bytes data = makeInput(t, trncclMax, root, count, saltOf(t, 8, count));
+        for (bool inPlace : {false, true}) {
+          std::string what = label("Broadcast", t, trncclSum, count, inPlace, rank);
+          Guarded out(bytes);
+          if (inPlace && rank == root) std::memcpy(out.ptr(), data.data(), bytes);
+          const void* send = rank != root ? nullptr : inPlace ? out.ptr() : data.data();
+          if (!ok(f, trncclBroadcast(send, out.ptr(), count, t, root, comm), what)) return;
+          expectSame(f, what, out.ptr(), data.data(), count, t);
+          if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+        }
+      }
+  });
+}
+
+TEST_P(Collectives, AllToAll) {
+  run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    for (auto t : allTypes())
+      for (size_t count : sweepCounts()) {
+        size_t bytes = count * typeSize(t);
+        auto inputs = inputsOf(t, trncclMax, n, count * n, saltOf(t, 9, count));
+        Bytes want;
+        for (int q = 0; q < n; ++q)
+          want.insert(want.end(), inputs[q].begin() + rank * bytes,
+                      inputs[q].begin() + (rank + 1) * bytes);
+        for (bool inPlace : {false, true}) {
+          std::string what = label("AllToAll", t, trncclSum, count, inPlace, rank);
+          Guarded out(bytes * n);
+          if (inPlace) std::memcpy(out.ptr(), inputs[rank].data(), bytes * n);
+          const void* send = inPlace ? out.ptr() : inputs[rank].data();
+          if (!ok(f, trncclAllToAll(send, out.ptr(), count, t, comm), what)) return;
+          expectSame(f, what, out.ptr(), want.data(), count * n, t);
+          if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+        }
+      }
+  });
+}
+
+// Block sizes vary by (source, destination), including empty blocks, with gaps between blocks.
+size_t blockCount(int src, int dst, size_t scale) {
+  return ((src * 3 + dst * 5) % 4) * scale + (src == dst ? 1 : 0);
+}
+
+TEST_P(Collectives, AllToAllv) {
+  run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    std::vector<size_t> scales = {0, 1, 7, 1023};
+    if (!quickMode()) scales.push_back(100003);
+    for (auto t : {trncclInt8, trncclFloat16, trncclFloat32, trncclFloat64, trncclBfloat16})
+      for (size_t scale : scales) {
+        size_t esize = typeSize(t);
+        auto layout = [&](int src, std::vector<size_t>& counts, std::vector<size_t>& displs,
+                          bool sending) {
+          size_t offset = 0;
+          for (int q = 0; q < n; ++q) {
+            counts.push_back(sending ? blockCount(src, q, scale) : blockCount(q, src, scale));
+            displs.push_back(offset);
+            offset += counts.back() + 3;  // a gap the call must not touch
+          }
+          return offset;
+        };
+        std::vector<size_t> sc, sd, rc, rd;
+        size_t sendExtent = layout(rank, sc, sd, true);
+        size_t recvExtent = layout(rank, rc, rd, false);
+        std::vector<Bytes> inputs;
+        std::vector<std::vector<size_t>> peerDispls(n);
+        for (int q = 0; q < n; ++q) {
+          std::vector<size_t> c;
+          size_t extent = layout(q, c, peerDispls[q], true);
+          inputs.push_back(makeInput(t, trncclMax, q, extent, saltOf(t, 10, scale)));
+        }
+        Guarded out(recvExtent * esize, 0x11);
+        Bytes want(out.data.begin(), out.data.begin() + recvExtent * esize);
+        for (int q = 0; q < n; ++q)
+          std::memcpy(want.data() + rd[q] * esize,
+                      inputs[q].data() + peerDispls[q][rank] * esize, rc[q] * esize);
+        std::string what = std::string("AllToAllv ") + typeName(t) + " scale=" +
+                           std::to_string(scale) + " rank " + std::to_string(rank);
+        (void)sendExtent;
+        if (!ok(f, trncclAllToAllv(inputs[rank].data(), sc.data(), sd.data(), out.ptr(),
+                                   rc.data(), rd.data(), t, comm),
+                what))
+          return;
+        expectSame(f, what, out.ptr(), want.data(), recvExtent, t);
+        if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+      }
+  });
+}
+
+TEST_P(Collectives, SendRecvRingAndBarrier) {
+  run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    for (auto t : allTypes())
+      for (size_t count : sweepCounts()) {
+        int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+        Bytes mine = makeInput(t, trncclMax, rank, count, saltOf(t, 11, count));
+        Bytes fromPrev = makeInput(t, trncclMax, prev, count, saltOf(t, 11, count));
+        Guarded out(count * typeSize(t));
+        std::string what = label("Send/Recv ring", t, trncclSum, count, false, rank);
+        trncclGroupStart();
+        trncclSend(mine.data(), count, t, next, comm);
+        trncclRecv(out.ptr(), count, t, prev, comm);
+        if (!ok(f, trncclGroupEnd(), what)) return;
+        expectSame(f, what, out.ptr(), fromPrev.data(), count, t);
+        if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+      }
+    for (int i = 0; i < 5; ++i)
+      if (!ok(f, trncclBarrier(comm), "Barrier")) return;
+  });
+}
+
+std::string paramName(const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+  return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, Collectives,
+                         ::testing::Combine(::testing::Values("direct", "ring"),
+                                            ::testing::Values(1, 2, 3, 4, 5, 8)),
+                         paramName);
+
+}  // namespace
+}  // namespace trnccl::testing

@@ -1,0 +1,243 @@
+#include "support/reference.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+namespace trnccl::testing {
+namespace {
+
+// bfloat16 round-to-nearest-even, written as "pick the nearer of the two neighbours" so that
+// it shares no code with the library's bit-trick version.
+uint16_t toBf16(float f) {
+  if (std::isnan(f)) return 0x7FC0;
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  uint32_t down = bits & 0xFFFF0000u;
+  uint32_t up = down + 0x10000u;
+  float lo, hi;
+  std::memcpy(&lo, &down, 4);
+  std::memcpy(&hi, &up, 4);
+  double dLo = std::fabs(static_cast<double>(f) - lo), dHi = std::fabs(static_cast<double>(hi) - f);
+  uint32_t pick = dLo < dHi ? down : dHi < dLo ? up : ((down >> 16) & 1 ? up : down);
+  return static_cast<uint16_t>(pick >> 16);
+}
+float fromBf16(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return x;
+}
+
+int64_t smallValue(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t i, uint64_t salt) {
+  bool isUnsigned = dtype == trncclUint8 || dtype == trncclUint32 || dtype == trncclUint64;
+  uint64_t h = mix(i * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(rank) * 0x632BE59BD9B4E019ULL + salt);
+  switch (op) {
+    case trncclProd: {
+      static const int64_t signedChoices[4] = {1, 1, -1, 2};
+      static const int64_t unsignedChoices[4] = {1, 1, 1, 2};
+      return (isUnsigned ? unsignedChoices : signedChoices)[h % 4];
+    }
+    case trncclMax: case trncclMin:
+      return isUnsigned ? static_cast<int64_t>(h % 201) : static_cast<int64_t>(h % 201) - 100;
+    default:  // sum, avg
+      return isUnsigned ? static_cast<int64_t>(h % 5) : static_cast<int64_t>(h % 5) - 2;
+  }
+}
+
+template <typename T>
+void fillTyped(char* out, trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t count,
+               uint64_t salt) {
+  T* typed = reinterpret_cast<T*>(out);
+  for (size_t i = 0; i < count; ++i) typed[i] = static_cast<T>(smallValue(dtype, op, rank, i, salt));
+}
+
+template <typename T>
+void reduceInts(const std::vector<const Bytes*>& inputs, size_t offset, size_t count,
+                trncclRedOp_t op, char* out) {
+  using U = std::make_unsigned_t<T>;
+  T* result = reinterpret_cast<T*>(out);
+  int n = static_cast<int>(inputs.size());
+  for (size_t i = 0; i < count; ++i) {
+    auto at = [&](int q) {
+      T v;
+      std::memcpy(&v, inputs[q]->data() + (offset + i) * sizeof(T), sizeof(T));
+      return v;
+    };
+    uint64_t sum = 0, prod = 1;
+    T lo = at(0), hi = at(0);
+    for (int q = 0; q < n; ++q) {
+      T v = at(q);
+      sum += static_cast<uint64_t>(static_cast<int64_t>(v));
+      prod *= static_cast<uint64_t>(static_cast<int64_t>(v));
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    T wrappedSum = static_cast<T>(static_cast<U>(sum));
+    switch (op) {
+      case trncclSum: result[i] = wrappedSum; break;
+      case trncclProd: result[i] = static_cast<T>(static_cast<U>(prod)); break;
+      case trncclMin: result[i] = lo; break;
+      case trncclMax: result[i] = hi; break;
+      case trncclAvg: result[i] = static_cast<T>(wrappedSum / static_cast<T>(n)); break;
+      default: break;
+    }
+  }
+}
+
+double loadFloat(const char* p, trncclDataType_t dtype) {
+  switch (dtype) {
+    case trncclFloat16: { _Float16 h; std::memcpy(&h, p, 2); return static_cast<double>(h); }
+    case trncclBfloat16: { uint16_t h; std::memcpy(&h, p, 2); return fromBf16(h); }
+    case trncclFloat32: { float f; std::memcpy(&f, p, 4); return f; }
+    default: { double d; std::memcpy(&d, p, 8); return d; }
+  }
+}
+
+// Float types accumulate in double (exact for the test's values); avg divides in the type the
+// library documents (fp32 for fp16/bf16/fp32, fp64 for fp64) and rounds once.
+void storeFloatTo(char* p, trncclDataType_t dtype, double exact, bool avg, int n) {
+  switch (dtype) {
+    case trncclFloat16: {
+      float v = avg ? static_cast<float>(exact) / static_cast<float>(n) : static_cast<float>(exact);
+      _Float16 h = static_cast<_Float16>(v);
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    case trncclBfloat16: {
+      float v = avg ? static_cast<float>(exact) / static_cast<float>(n) : static_cast<float>(exact);
+      uint16_t h = toBf16(v);
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    case trncclFloat32: {
+      float v = avg ? static_cast<float>(exact) / static_cast<float>(n) : static_cast<float>(exact);
+      std::memcpy(p, &v, 4);
+      return;
+    }
+    default: {
+      double v = avg ? exact / n : exact;
+      std::memcpy(p, &v, 8);
+      return;
+    }
+  }
+}
+
+void reduceFloats(trncclDataType_t dtype, const std::vector<const Bytes*>& inputs, size_t offset,
+                  size_t count, trncclRedOp_t op, char* out) {
+  size_t esize = typeSize(dtype);
+  int n = static_cast<int>(inputs.size());
+  for (size_t i = 0; i < count; ++i) {
+    double sum = 0, prod = 1, lo = 0, hi = 0;
+    for (int q = 0; q < n; ++q) {
+      double v = loadFloat(inputs[q]->data() + (offset + i) * esize, dtype);
+      sum += v;
+      prod *= v;
+      if (q == 0 || v < lo) lo = v;
+      if (q == 0 || v > hi) hi = v;
+    }
+    double exact = op == trncclProd ? prod : op == trncclMin ? lo : op == trncclMax ? hi : sum;
+    storeFloatTo(out + i * esize, dtype, exact, op == trncclAvg, n);
+  }
+}
+
+}  // namespace
+
+size_t typeSize(trncclDataType_t dtype) {
+  switch (dtype) {
+    case trncclInt8: case trncclUint8: case trncclFloat8e4m3: case trncclFloat8e5m2: return 1;
+    case trncclFloat16: case trncclBfloat16: return 2;
+    case trncclInt32: case trncclUint32: case trncclFloat32: return 4;
+    default: return 8;
+  }
+}
+
+const char* typeName(trncclDataType_t dtype) {
+  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
+                                "float16", "float32", "float64", "bfloat16", "fp8e4m3", "fp8e5m2"};
+  return dtype >= 0 && dtype < trncclNumTypes ? names[dtype] : "?";
+}
+
+const char* opName(trncclRedOp_t op) {
+  static const char* names[] = {"sum", "prod", "max", "min", "avg"};
+  return op >= 0 && op < trncclNumOps ? names[op] : "?";
+}
+
+Bytes makeInput(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t count, uint64_t salt) {
+  Bytes out(count * typeSize(dtype));
+  char* p = out.data();
+  switch (dtype) {
+    case trncclInt8: fillTyped<int8_t>(p, dtype, op, rank, count, salt); break;
+    case trncclUint8: case trncclFloat8e4m3: case trncclFloat8e5m2:
+      fillTyped<uint8_t>(p, trncclUint8, op, rank, count, salt); break;
+    case trncclInt32: fillTyped<int32_t>(p, dtype, op, rank, count, salt); break;
+    case trncclUint32: fillTyped<uint32_t>(p, dtype, op, rank, count, salt); break;
+    case trncclInt64: fillTyped<int64_t>(p, dtype, op, rank, count, salt); break;
+    case trncclUint64: fillTyped<uint64_t>(p, dtype, op, rank, count, salt); break;
+    default:
+      for (size_t i = 0; i < count; ++i)
+        storeFloatTo(p + i * typeSize(dtype), dtype,
+                     static_cast<double>(smallValue(dtype, op, rank, i, salt)), false, 1);
+  }
+  return out;
+}
+
+Bytes makeRandomFloats(int rank, size_t count, uint64_t salt) {
+  std::mt19937_64 gen(salt * 1000003 + rank);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  Bytes out(count * sizeof(float));
+  for (size_t i = 0; i < count; ++i) {
+    float v = dist(gen);
+    std::memcpy(out.data() + i * 4, &v, 4);
+  }
+  return out;
+}
+
+Bytes reduceReference(trncclDataType_t dtype, trncclRedOp_t op,
+                      const std::vector<const Bytes*>& inputs, size_t offset, size_t count) {
+  Bytes out(count * typeSize(dtype));
+  switch (dtype) {
+    case trncclInt8: reduceInts<int8_t>(inputs, offset, count, op, out.data()); break;
+    case trncclUint8: reduceInts<uint8_t>(inputs, offset, count, op, out.data()); break;
+    case trncclInt32: reduceInts<int32_t>(inputs, offset, count, op, out.data()); break;
+    case trncclUint32: reduceInts<uint32_t>(inputs, offset, count, op, out.data()); break;
+    case trncclInt64: reduceInts<int64_t>(inputs, offset, count, op, out.data()); break;
+    case trncclUint64: reduceInts<uint64_t>(inputs, offset, count, op, out.data()); break;
+    default: reduceFloats(dtype, inputs, offset, count, op, out.data()); break;
+  }
+  return out;
+}
+
+size_t firstMismatch(const void* got, const void* want, size_t count, trncclDataType_t dtype) {
+  size_t esize = typeSize(dtype);
+  if (std::memcmp(got, want, count * esize) == 0) return static_cast<size_t>(-1);
+  for (size_t i = 0; i < count; ++i)
+    if (std::memcmp(static_cast<const char*>(got) + i * esize,
+                    static_cast<const char*>(want) + i * esize, esize) != 0)
+      return i;
+  return static_cast<size_t>(-1);
+}
+
+std::string elementText(const void* data, size_t index, trncclDataType_t dtype) {
+  const char* p = static_cast<const char*>(data) + index * typeSize(dtype);
+  switch (dtype) {
+    case trncclInt8: return std::to_string(*reinterpret_cast<const int8_t*>(p));
+    case trncclUint8: case trncclFloat8e4m3: case trncclFloat8e5m2:
+      return std::to_string(*reinterpret_cast<const uint8_t*>(p));
+    case trncclInt32: return std::to_string(*reinterpret_cast<const int32_t*>(p));
+    case trncclUint32: return std::to_string(*reinterpret_cast<const uint32_t*>(p));
+    case trncclInt64: return std::to_string(*reinterpret_cast<const int64_t*>(p));
+    case trncclUint64: return std::to_string(*reinterpret_cast<const uint64_t*>(p));
+    default: return std::to_string(loadFloat(p, dtype));
+  }
+}
+
+}  // namespace trnccl::testing

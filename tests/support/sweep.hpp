@@ -1,0 +1,64 @@
+// The parameter space the collective tests sweep, and helpers shared by the rank bodies.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "support/multirank.hpp"
+#include "support/reference.hpp"
+#include "trnccl.h"
+
+namespace trnccl::testing {
+
+inline std::vector<trncclDataType_t> reducibleTypes() {
+  return {trncclInt8,   trncclUint8,   trncclInt32,   trncclUint32,  trncclInt64,
+          trncclUint64, trncclFloat16, trncclFloat32, trncclFloat64, trncclBfloat16};
+}
+inline std::vector<trncclDataType_t> allTypes() {
+  auto types = reducibleTypes();
+  types.push_back(trncclFloat8e4m3);
+  types.push_back(trncclFloat8e5m2);
+  return types;
+}
+inline std::vector<trncclRedOp_t> allOps() {
+  return {trncclSum, trncclProd, trncclMax, trncclMin, trncclAvg};
+}
+// TRNCCL_TEST_QUICK=1 (the sanitizer run) drops the 1 Mi + 3 count.
+inline bool quickMode() {
+  const char* quick = std::getenv("TRNCCL_TEST_QUICK");
+  return quick && *quick == '1';
+}
+inline std::vector<size_t> sweepCounts() {
+  if (quickMode()) return {0, 1, 7, 1023};
+  return {0, 1, 7, 1023, (1u << 20) + 3};
+}
+
+constexpr size_t kGuardBytes = 64;
+constexpr char kGuardByte = static_cast<char>(0xA5);
+
+// An output buffer with guard bytes after it, to catch writes past the end.
+struct Guarded {
+  explicit Guarded(size_t bytes, char fill = 0) : data(bytes + kGuardBytes, fill), bytes(bytes) {
+    for (size_t i = bytes; i < data.size(); ++i) data[i] = kGuardByte;
+  }
+  char* ptr() { return data.data(); }
+  bool guardIntact() const {
+    for (size_t i = bytes; i < data.size(); ++i)
+      if (data[i] != kGuardByte) return false;
+    return true;
+  }
+  Bytes data;
+  size_t bytes;
+};
+
+// Records a failure when got differs from want, naming the first bad element.
+void expectSame(Failures& f, const std::string& what, const void* got, const void* want,
+                size_t count, trncclDataType_t dtype);
+
+// Initialises a communicator in a rank body; on failure returns the error text.
+std::string initComm(trncclComm_t* comm, int nranks, const trncclUniqueId& id, int rank);
+
+uint64_t saltOf(int a, int b, size_t c);
+
+}  // namespace trnccl::testing

@@ -1,0 +1,161 @@
+#include "transports/shm/segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "core/log.hpp"
+
+namespace trnccl::shm {
+namespace {
+
+constexpr uint64_t kMagic = 0x74726e6363534847ULL;  // "trnccSHG"
+
+size_t alignUp(size_t value, size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+}  // namespace
+
+size_t Segment::layout(const SegmentParams& p, uint64_t* rankAreaBytes, uint64_t* ringBytes) {
+  size_t descriptors = sizeof(RankArea) + sizeof(uint64_t) * kDescriptorSlots * p.localSize;
+  *rankAreaBytes = alignUp(descriptors, 4096) + kWindowSlots * alignUp(p.windowBytes, 4096);
+  *ringBytes = sizeof(RingHeader) + p.ringSlots * (kSlotHeaderBytes + p.ringSlotBytes);
+  *ringBytes = alignUp(*ringBytes, 4096);
+  return alignUp(sizeof(SegmentHeader), 4096) + p.localSize * *rankAreaBytes +
+         static_cast<size_t>(p.localSize) * p.localSize * *ringBytes;
+}
+
+Segment::~Segment() {
+  if (base_) munmap(base_, mappedBytes_);
+}
+
+Status Segment::attach(const std::string& dir, const std::string& name, int localRank,
+                       const SegmentParams& wanted, const Deadline& deadline) {
+  path_ = dir + "/" + name;
+  int fd = -1;
+  if (localRank == 0) {
+    uint64_t rankAreaBytes, ringBytes;
+    size_t total = layout(wanted, &rankAreaBytes, &ringBytes);
+    fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+      return makeError(Code::kSystemError, "cannot create shared-memory segment %s: %s "
+                       "(TRNCCL_SHM_DIR must be a writable tmpfs)", path_.c_str(),
+                       strerror(errno));
+    if (::ftruncate(fd, static_cast<off_t>(total)) != 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(path_.c_str());
+      return makeError(Code::kSystemError, "cannot size shared-memory segment %s to %zu bytes: "
+                       "%s (is %s full?)", path_.c_str(), total, strerror(err), dir.c_str());
+    }
+    void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) {
+      ::unlink(path_.c_str());
+      return makeError(Code::kSystemError, "mmap of %s failed: %s", path_.c_str(),
+                       strerror(errno));
+    }
+    base_ = static_cast<char*>(p);
+    mappedBytes_ = total;
+    header_ = new (base_) SegmentHeader();
+    header_->params = wanted;
+    header_->rankAreaBytes = rankAreaBytes;
+    header_->ringBytes = ringBytes;
+    header_->totalBytes = total;
+    header_->attached.store(0);
+    header_->abortCode.store(0);
+    for (uint32_t r = 0; r < wanted.localSize; ++r) new (rankArea(r)) RankArea();
+    for (uint32_t i = 0; i < wanted.localSize; ++i)
+      for (uint32_t j = 0; j < wanted.localSize; ++j)
+        if (i != j) new (ring(i, j)) RingHeader();
+    header_->magic.store(kMagic, std::memory_order_release);
+  } else {
+    // Wait for the creator: the file must exist, be fully sized and carry the magic.
+    while (true) {
+      fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd >= 0) {
+        struct stat st{};
+        if (fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(sizeof(SegmentHeader))) {
+          void* p = mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          if (p != MAP_FAILED) {
+            auto* header = static_cast<SegmentHeader*>(p);
+            if (header->magic.load(std::memory_order_acquire) == kMagic &&
+                header->totalBytes == static_cast<uint64_t>(st.st_size)) {
+              ::close(fd);
+              base_ = static_cast<char*>(p);
+              mappedBytes_ = st.st_size;
+              header_ = header;
+              break;
+            }
+            munmap(p, st.st_size);
+          }
+        }
+        ::close(fd);
+      }
+      if (deadline.expired())
+        return makeError(Code::kTimeout, "shared-memory segment %s was not created by local "
+                         "rank 0 in time (TRNCCL_TIMEOUT)", path_.c_str());
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  uint32_t count = header_->attached.fetch_add(1) + 1;
+  if (count == header_->params.localSize) {
+    ::unlink(path_.c_str());  // everyone has it mapped: the name is no longer needed
+    TRNCCL_TRACE(log::kShm, "segment %s unlinked after %u ranks attached", path_.c_str(), count);
+  }
+  return Status::ok();
+}
+
+RankArea* Segment::rankArea(int localRank) const {
+  return reinterpret_cast<RankArea*>(base_ + alignUp(sizeof(SegmentHeader), 4096) +
+                                     localRank * header_->rankAreaBytes);
+}
+
+uint64_t* Segment::sendBytesTable(int localRank, uint64_t seq) const {
+  auto* table = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(rankArea(localRank)) +
+                                            sizeof(RankArea));
+  return table + (seq % kDescriptorSlots) * header_->params.localSize;
+}
+
+char* Segment::window(int localRank, int slot) const {
+  const SegmentParams& p = header_->params;
+  size_t descriptors = sizeof(RankArea) + sizeof(uint64_t) * kDescriptorSlots * p.localSize;
+  return reinterpret_cast<char*>(rankArea(localRank)) + alignUp(descriptors, 4096) +
+         slot * alignUp(p.windowBytes, 4096);
+}
+
+RingHeader* Segment::ring(int fromLocal, int toLocal) const {
+  const SegmentParams& p = header_->params;
+  size_t offset = alignUp(sizeof(SegmentHeader), 4096) + p.localSize * header_->rankAreaBytes +
+                  (static_cast<size_t>(fromLocal) * p.localSize + toLocal) * header_->ringBytes;
+  return reinterpret_cast<RingHeader*>(base_ + offset);
+}
+
+char* Segment::ringSlot(int fromLocal, int toLocal, uint64_t index) const {
+  const SegmentParams& p = header_->params;
+  char* slots = reinterpret_cast<char*>(ring(fromLocal, toLocal)) + sizeof(RingHeader);
+  return slots + (index % p.ringSlots) * (kSlotHeaderBytes + p.ringSlotBytes);
+}
+
+void Segment::raiseAbort(Code code, int rank, const std::string& reason) {
+  int32_t expected = 0;
+  // Claim with a sentinel first so that the reason is written before anyone reads the code.
+  if (!header_->abortCode.compare_exchange_strong(expected, -1)) return;
+  header_->abortRank = rank;
+  std::snprintf(header_->abortReason, sizeof(header_->abortReason), "%s", reason.c_str());
+  header_->abortCode.store(static_cast<int32_t>(code), std::memory_order_release);
+}
+
+std::string Segment::abortReason() const {
+  if (header_->abortCode.load(std::memory_order_acquire) <= 0) return "";
+  return header_->abortReason;
+}
+
+}  // namespace trnccl::shm

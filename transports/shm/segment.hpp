@@ -1,0 +1,110 @@
+// The node-wide shared-memory segment of one communicator: a header, one area per local rank
+// (progress counter, published op descriptors, two staging windows) and one single-producer /
+// single-consumer ring per ordered pair of local ranks. The segment file is unlinked as soon
+// as every local rank has mapped it, so a killed rank never leaves it behind.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/clock.hpp"
+#include "core/status.hpp"
+
+namespace trnccl::shm {
+
+constexpr int kDescriptorSlots = 4;  // a peer runs at most one operation ahead
+constexpr int kWindowSlots = 2;
+
+// What a rank says it is doing, so peers can catch mismatched calls before they corrupt data.
+struct OpDescriptor {
+  uint64_t seq;
+  int32_t kind;
+  int32_t dtype;
+  int32_t op;
+  int32_t root;
+  uint64_t count;
+  uint64_t extra;  // collective specific (e.g. all-to-all-v max block bytes)
+};
+
+struct SegmentParams {
+  uint32_t localSize = 0;
+  uint32_t ringSlots = 8;
+  uint64_t ringSlotBytes = 64 << 10;
+  uint64_t windowBytes = 256 << 10;  // per window slot
+};
+
+struct alignas(64) SegmentHeader {
+  std::atomic<uint64_t> magic;
+  SegmentParams params;
+  uint64_t rankAreaBytes;
+  uint64_t ringBytes;
+  uint64_t totalBytes;
+  std::atomic<uint32_t> attached;
+  std::atomic<int32_t> abortCode;  // Code value of the first fatal error, 0 = healthy
+  int32_t abortRank;               // global rank that raised it
+  char abortReason[512];
+};
+
+constexpr int kSignatureSlots = 2;  // see Operation::checkDescriptors for why two suffice
+
+struct alignas(64) RankArea {
+  // One cache line carries what peers poll on the hot path: the progress counter and the
+  // signature (hash) of the current call, so a peer's check costs a single line transfer.
+  alignas(64) std::atomic<uint64_t> counter;
+  uint64_t signatures[kSignatureSlots];
+  std::atomic<uint32_t> departed;  // set by trncclCommDestroy: gone on purpose, not crashed
+  // Full descriptors, read only to explain a mismatch.
+  alignas(64) OpDescriptor descriptors[kDescriptorSlots];
+  // followed by uint64_t sendBytes[kDescriptorSlots][localSize], then the windows
+};
+
+struct alignas(64) RingHeader {
+  alignas(64) std::atomic<uint64_t> head;  // fragments published by the producer
+  alignas(64) std::atomic<uint64_t> tail;  // fragments consumed by the consumer
+};
+
+struct SlotHeader {
+  uint64_t fragmentBytes;
+  uint64_t messageBytes;
+  uint64_t offset;
+  uint64_t reserved;
+};
+
+class Segment {
+ public:
+  Segment() = default;
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  // Local rank 0 creates, the others open; returns once this rank has mapped it.
+  Status attach(const std::string& dir, const std::string& name, int localRank,
+                const SegmentParams& wanted, const Deadline& deadline);
+
+  const SegmentParams& params() const { return header_->params; }
+  SegmentHeader* header() const { return header_; }
+  RankArea* rankArea(int localRank) const;
+  uint64_t* sendBytesTable(int localRank, uint64_t seq) const;
+  char* window(int localRank, int slot) const;
+  RingHeader* ring(int fromLocal, int toLocal) const;
+  char* ringSlot(int fromLocal, int toLocal, uint64_t index) const;  // SlotHeader then data
+  static constexpr size_t kSlotHeaderBytes = 64;
+
+  // First error wins; later calls keep the first reason.
+  void raiseAbort(Code code, int rank, const std::string& reason);
+  bool aborted() const { return header_->abortCode.load(std::memory_order_acquire) > 0; }
+  std::string abortReason() const;
+  int abortRank() const { return header_->abortRank; }
+
+ private:
+  static size_t layout(const SegmentParams& params, uint64_t* rankAreaBytes,
+                       uint64_t* ringBytes);
+  char* base_ = nullptr;
+  size_t mappedBytes_ = 0;
+  SegmentHeader* header_ = nullptr;
+  std::string path_;
+};
+
+}  // namespace trnccl::shm

@@ -1,0 +1,75 @@
+#include "transports/shm/shm_transport.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace trnccl::shm {
+
+ShmTransport::ShmTransport(Segment& segment, int myRank, std::vector<int> localOfRank)
+    : segment_(segment), myRank_(myRank), localOfRank_(std::move(localOfRank)),
+      activeSend_(localOfRank_.size(), nullptr), activeRecv_(localOfRank_.size(), nullptr) {
+  myLocal_ = localOfRank_[myRank];
+}
+
+Result<bool> ShmTransport::progressSend(TransferOp& op) {
+  if (activeSend_[op.peer] && activeSend_[op.peer] != &op) return false;
+  activeSend_[op.peer] = &op;
+  const SegmentParams& p = segment_.params();
+  int peerLocal = localOfRank_[op.peer];
+  RingHeader* ring = segment_.ring(myLocal_, peerLocal);
+  while (!op.started || op.done < op.bytes) {
+    uint64_t head = ring->head.load(std::memory_order_relaxed);
+    if (head - ring->tail.load(std::memory_order_acquire) >= p.ringSlots) return false;
+    char* slot = segment_.ringSlot(myLocal_, peerLocal, head);
+    size_t fragment = std::min<size_t>(p.ringSlotBytes, op.bytes - op.done);
+    SlotHeader header{fragment, op.bytes, op.done, 0};
+    std::memcpy(slot, &header, sizeof(header));
+    if (fragment) {
+      std::memcpy(slot + Segment::kSlotHeaderBytes, static_cast<const char*>(op.src) + op.done,
+                  fragment);
+    }
+    ring->head.store(head + 1, std::memory_order_release);
+    op.done += fragment;
+    op.started = true;
+  }
+  activeSend_[op.peer] = nullptr;
+  return true;
+}
+
+Result<bool> ShmTransport::progressRecv(TransferOp& op) {
+  if (activeRecv_[op.peer] && activeRecv_[op.peer] != &op) return false;
+  activeRecv_[op.peer] = &op;
+  int peerLocal = localOfRank_[op.peer];
+  RingHeader* ring = segment_.ring(peerLocal, myLocal_);
+  while (!op.started || op.done < op.bytes) {
+    uint64_t tail = ring->tail.load(std::memory_order_relaxed);
+    if (ring->head.load(std::memory_order_acquire) == tail) return false;
+    const char* slot = segment_.ringSlot(peerLocal, myLocal_, tail);
+    SlotHeader header;
+    std::memcpy(&header, slot, sizeof(header));
+    if (header.messageBytes != op.bytes) {
+      activeRecv_[op.peer] = nullptr;
+      return makeError(Code::kInvalidUsage,
+                       "rank %d expected a message of %zu bytes from rank %d but rank %d sent "
+                       "%llu bytes (mismatched count or datatype between the two calls)",
+                       myRank_, op.bytes, op.peer, op.peer,
+                       static_cast<unsigned long long>(header.messageBytes));
+    }
+    if (header.offset != op.done) {
+      activeRecv_[op.peer] = nullptr;
+      return makeError(Code::kInternalError, "shm ring from rank %d out of order (offset %llu, "
+                       "expected %zu)", op.peer, static_cast<unsigned long long>(header.offset),
+                       op.done);
+    }
+    if (header.fragmentBytes) {
+      applyRecvAction(op, op.done, slot + Segment::kSlotHeaderBytes, header.fragmentBytes);
+    }
+    op.done += header.fragmentBytes;
+    op.started = true;
+    ring->tail.store(tail + 1, std::memory_order_release);
+  }
+  activeRecv_[op.peer] = nullptr;
+  return true;
+}
+
+}  // namespace trnccl::shm
