@@ -248,7 +248,8 @@ void Communicator::failLocked(const Status& status) {
   if (failure_.isOk()) {
     failure_ = status;
     if (!segment_.aborted()) segment_.raiseAbort(status.code(), rank_, status.message());
-    TRNCCL_WARN(log::kColl, "%s", status.message().c_str());
+    // Logged as a warning when a caller receives it (api/errors.cpp); INFO here has the time.
+    TRNCCL_INFO(log::kColl, "communicator failed: %s", status.message().c_str());
     setLastError(status.message());
   }
   bool first = true;

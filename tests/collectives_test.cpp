@@ -51,11 +51,10 @@ bool ok(Failures& f, trncclResult_t rc, const std::string& what) {
   return false;
 }
 
-std::vector<Bytes> inputsOf(trncclDataType_t t, trncclRedOp_t op, int n, size_t count,
-                            uint64_t salt) {
-  std::vector<Bytes> inputs;
-  for (int q = 0; q < n; ++q) inputs.push_back(makeInput(t, op, q, count, salt));
-  return inputs;
+void inputsOf(std::vector<Bytes>& inputs, trncclDataType_t t, trncclRedOp_t op, int n,
+              size_t count, uint64_t salt) {
+  inputs.resize(n);
+  for (int q = 0; q < n; ++q) makeInput(inputs[q], t, op, q, count, salt);
 }
 
 std::vector<const Bytes*> pointers(const std::vector<Bytes>& inputs) {
@@ -66,15 +65,18 @@ std::vector<const Bytes*> pointers(const std::vector<Bytes>& inputs) {
 
 TEST_P(Collectives, AllReduce) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    std::vector<Bytes> inputs;
+    Bytes want;
+    Guarded out;
     for (auto t : reducibleTypes())
       for (auto op : allOps())
         for (size_t count : sweepCounts()) {
-          auto inputs = inputsOf(t, op, n, count, saltOf(t, op, count));
-          Bytes want = reduceReference(t, op, pointers(inputs), 0, count);
+          inputsOf(inputs, t, op, n, count, saltOf(t, op, count));
+          reduceReference(want, t, op, pointers(inputs), 0, count);
           size_t bytes = count * typeSize(t);
           for (bool inPlace : {false, true}) {
             std::string what = label("AllReduce", t, op, count, inPlace, rank);
-            Guarded out(bytes);
+            out.reset(bytes);
             if (inPlace) std::memcpy(out.ptr(), inputs[rank].data(), bytes);
             const void* send = inPlace ? out.ptr() : inputs[rank].data();
             if (!ok(f, trncclAllReduce(send, out.ptr(), count, t, op, comm), what)) return;
@@ -87,16 +89,19 @@ TEST_P(Collectives, AllReduce) {
 
 TEST_P(Collectives, Reduce) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    std::vector<Bytes> inputs;
+    Bytes want;
+    Guarded out;
     for (auto t : reducibleTypes())
       for (auto op : allOps())
         for (size_t count : sweepCounts()) {
           int root = static_cast<int>(count % n);
-          auto inputs = inputsOf(t, op, n, count, saltOf(t, op, count) + 1);
-          Bytes want = reduceReference(t, op, pointers(inputs), 0, count);
+          inputsOf(inputs, t, op, n, count, saltOf(t, op, count) + 1);
+          if (rank == root) reduceReference(want, t, op, pointers(inputs), 0, count);
           size_t bytes = count * typeSize(t);
           for (bool inPlace : {false, true}) {
             std::string what = label("Reduce", t, op, count, inPlace, rank);
-            Guarded out(bytes);
+            out.reset(bytes);
             std::memcpy(out.ptr(), inputs[rank].data(), bytes);
             const void* send = inPlace ? out.ptr() : inputs[rank].data();
             if (!ok(f, trncclReduce(send, out.ptr(), count, t, op, root, comm), what)) return;
@@ -111,24 +116,29 @@ TEST_P(Collectives, Reduce) {
 
 TEST_P(Collectives, ReduceScatter) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    Bytes mine, want;
+    std::vector<Bytes> blocks(n);  // block `rank` of every rank's input
+    Guarded buf, out;
     for (auto t : reducibleTypes())
       for (auto op : allOps())
         for (size_t count : sweepCounts()) {
           size_t esize = typeSize(t), bytes = count * esize;
-          auto inputs = inputsOf(t, op, n, count * n, saltOf(t, op, count) + 2);
-          Bytes want = reduceReference(t, op, pointers(inputs), rank * count, count);
+          uint64_t salt = saltOf(t, op, count) + 2;
+          makeInput(mine, t, op, rank, count * n, salt);
+          for (int q = 0; q < n; ++q) makeInputRange(blocks[q], t, op, q, rank * count, count, salt);
+          reduceReference(want, t, op, pointers(blocks), 0, count);
           for (bool inPlace : {false, true}) {
             std::string what = label("ReduceScatter", t, op, count, inPlace, rank);
             if (inPlace) {  // recvbuff is this rank's block of sendbuff
-              Guarded buf(bytes * n);
-              std::memcpy(buf.ptr(), inputs[rank].data(), bytes * n);
+              buf.reset(bytes * n);
+              std::memcpy(buf.ptr(), mine.data(), bytes * n);
               char* recv = buf.ptr() + rank * bytes;
               if (!ok(f, trncclReduceScatter(buf.ptr(), recv, count, t, op, comm), what)) return;
               expectSame(f, what, recv, want.data(), count, t);
               if (!buf.guardIntact()) f.add("%s wrote past the end", what.c_str());
             } else {
-              Guarded out(bytes);
-              if (!ok(f, trncclReduceScatter(inputs[rank].data(), out.ptr(), count, t, op, comm),
+              out.reset(bytes);
+              if (!ok(f, trncclReduceScatter(mine.data(), out.ptr(), count, t, op, comm),
                       what))
                 return;
               expectSame(f, what, out.ptr(), want.data(), count, t);
@@ -141,15 +151,18 @@ TEST_P(Collectives, ReduceScatter) {
 
 TEST_P(Collectives, AllGather) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    std::vector<Bytes> inputs;
+    Bytes want;
+    Guarded out;
     for (auto t : allTypes())
       for (size_t count : sweepCounts()) {
         size_t bytes = count * typeSize(t);
-        auto inputs = inputsOf(t, trncclMax, n, count, saltOf(t, 7, count));
-        Bytes want;
+        inputsOf(inputs, t, trncclMax, n, count, saltOf(t, 7, count));
+        want.clear();
         for (const auto& in : inputs) want.insert(want.end(), in.begin(), in.end());
         for (bool inPlace : {false, true}) {
           std::string what = label("AllGather", t, trncclSum, count, inPlace, rank);
-          Guarded out(bytes * n);
+          out.reset(bytes * n);
           if (inPlace) std::memcpy(out.ptr() + rank * bytes, inputs[rank].data(), bytes);
           const void* send = inPlace ? out.ptr() + rank * bytes : inputs[rank].data();
           if (!ok(f, trncclAllGather(send, out.ptr(), count, t, comm), what)) return;
@@ -162,14 +175,16 @@ TEST_P(Collectives, AllGather) {
 
 TEST_P(Collectives, Broadcast) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    Bytes data;
+    Guarded out;
     for (auto t : allTypes())
       for (size_t count : sweepCounts()) {
         int root = static_cast<int>((count + t) % n);
         size_t bytes = count * typeSize(t);
-        Bytes data = makeInput(t, trncclMax, root, count, saltOf(t, 8, count));
+        makeInput(data, t, trncclMax, root, count, saltOf(t, 8, count));
         for (bool inPlace : {false, true}) {
           std::string what = label("Broadcast", t, trncclSum, count, inPlace, rank);
-          Guarded out(bytes);
+          out.reset(bytes);
           if (inPlace && rank == root) std::memcpy(out.ptr(), data.data(), bytes);
           const void* send = rank != root ? nullptr : inPlace ? out.ptr() : data.data();
           if (!ok(f, trncclBroadcast(send, out.ptr(), count, t, root, comm), what)) return;
@@ -182,19 +197,23 @@ TEST_P(Collectives, Broadcast) {
 
 TEST_P(Collectives, AllToAll) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    Bytes mine, want, block;
+    Guarded out;
     for (auto t : allTypes())
       for (size_t count : sweepCounts()) {
         size_t bytes = count * typeSize(t);
-        auto inputs = inputsOf(t, trncclMax, n, count * n, saltOf(t, 9, count));
-        Bytes want;
-        for (int q = 0; q < n; ++q)
-          want.insert(want.end(), inputs[q].begin() + rank * bytes,
-                      inputs[q].begin() + (rank + 1) * bytes);
+        uint64_t salt = saltOf(t, 9, count);
+        makeInput(mine, t, trncclMax, rank, count * n, salt);
+        want.clear();
+        for (int q = 0; q < n; ++q) {
+          makeInputRange(block, t, trncclMax, q, rank * count, count, salt);
+          want.insert(want.end(), block.begin(), block.end());
+        }
         for (bool inPlace : {false, true}) {
           std::string what = label("AllToAll", t, trncclSum, count, inPlace, rank);
-          Guarded out(bytes * n);
-          if (inPlace) std::memcpy(out.ptr(), inputs[rank].data(), bytes * n);
-          const void* send = inPlace ? out.ptr() : inputs[rank].data();
+          out.reset(bytes * n);
+          if (inPlace) std::memcpy(out.ptr(), mine.data(), bytes * n);
+          const void* send = inPlace ? out.ptr() : mine.data();
           if (!ok(f, trncclAllToAll(send, out.ptr(), count, t, comm), what)) return;
           expectSame(f, what, out.ptr(), want.data(), count * n, t);
           if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
@@ -228,12 +247,12 @@ TEST_P(Collectives, AllToAllv) {
         std::vector<size_t> sc, sd, rc, rd;
         size_t sendExtent = layout(rank, sc, sd, true);
         size_t recvExtent = layout(rank, rc, rd, false);
-        std::vector<Bytes> inputs;
+        std::vector<Bytes> inputs(n);
         std::vector<std::vector<size_t>> peerDispls(n);
         for (int q = 0; q < n; ++q) {
           std::vector<size_t> c;
           size_t extent = layout(q, c, peerDispls[q], true);
-          inputs.push_back(makeInput(t, trncclMax, q, extent, saltOf(t, 10, scale)));
+          makeInput(inputs[q], t, trncclMax, q, extent, saltOf(t, 10, scale));
         }
         Guarded out(recvExtent * esize, 0x11);
         Bytes want(out.data.begin(), out.data.begin() + recvExtent * esize);
@@ -258,8 +277,9 @@ TEST_P(Collectives, SendRecvRingAndBarrier) {
     for (auto t : allTypes())
       for (size_t count : sweepCounts()) {
         int next = (rank + 1) % n, prev = (rank + n - 1) % n;
-        Bytes mine = makeInput(t, trncclMax, rank, count, saltOf(t, 11, count));
-        Bytes fromPrev = makeInput(t, trncclMax, prev, count, saltOf(t, 11, count));
+        Bytes mine, fromPrev;
+        makeInput(mine, t, trncclMax, rank, count, saltOf(t, 11, count));
+        makeInput(fromPrev, t, trncclMax, prev, count, saltOf(t, 11, count));
         Guarded out(count * typeSize(t));
         std::string what = label("Send/Recv ring", t, trncclSum, count, false, rank);
         trncclGroupStart();

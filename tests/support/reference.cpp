@@ -19,7 +19,9 @@ uint16_t toBf16(float f) {
   float lo, hi;
   std::memcpy(&lo, &down, 4);
   std::memcpy(&hi, &up, 4);
-  double dLo = std::fabs(static_cast<double>(f) - lo), dHi = std::fabs(static_cast<double>(hi) - f);
+  // Past the largest bf16 the upper neighbour is infinity, which rounds like 2^128.
+  double hiValue = std::isinf(hi) ? std::copysign(std::ldexp(1.0, 128), f) : hi;
+  double dLo = std::fabs(static_cast<double>(f) - lo), dHi = std::fabs(hiValue - f);
   uint32_t pick = dLo < dHi ? down : dHi < dLo ? up : ((down >> 16) & 1 ? up : down);
   return static_cast<uint16_t>(pick >> 16);
 }
@@ -30,21 +32,17 @@ float fromBf16(uint16_t h) {
   return f;
 }
 
-uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return x;
-}
-
+// Values come from a table indexed by a cheap hash of (rank, index, salt): the sequence
+// looks irregular to the library (no chunk-sized period) but costs a few cycles an element.
 int64_t smallValue(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t i, uint64_t salt) {
   bool isUnsigned = dtype == trncclUint8 || dtype == trncclUint32 || dtype == trncclUint64;
-  uint64_t h = mix(i * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(rank) * 0x632BE59BD9B4E019ULL + salt);
+  uint64_t h = (i + salt) * 2654435761u + static_cast<uint64_t>(rank) * 40503u;
+  h ^= h >> 15;
   switch (op) {
     case trncclProd: {
       static const int64_t signedChoices[4] = {1, 1, -1, 2};
       static const int64_t unsignedChoices[4] = {1, 1, 1, 2};
-      return (isUnsigned ? unsignedChoices : signedChoices)[h % 4];
+      return (isUnsigned ? unsignedChoices : signedChoices)[h & 3];
     }
     case trncclMax: case trncclMin:
       return isUnsigned ? static_cast<int64_t>(h % 201) : static_cast<int64_t>(h % 201) - 100;
@@ -54,10 +52,11 @@ int64_t smallValue(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t i,
 }
 
 template <typename T>
-void fillTyped(char* out, trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t count,
-               uint64_t salt) {
+void fillTyped(char* out, trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t begin,
+               size_t count, uint64_t salt) {
   T* typed = reinterpret_cast<T*>(out);
-  for (size_t i = 0; i < count; ++i) typed[i] = static_cast<T>(smallValue(dtype, op, rank, i, salt));
+  for (size_t i = 0; i < count; ++i)
+    typed[i] = static_cast<T>(smallValue(dtype, op, rank, begin + i, salt));
 }
 
 template <typename T>
@@ -66,16 +65,13 @@ void reduceInts(const std::vector<const Bytes*>& inputs, size_t offset, size_t c
   using U = std::make_unsigned_t<T>;
   T* result = reinterpret_cast<T*>(out);
   int n = static_cast<int>(inputs.size());
+  std::vector<const T*> in;
+  for (const Bytes* b : inputs) in.push_back(reinterpret_cast<const T*>(b->data()) + offset);
   for (size_t i = 0; i < count; ++i) {
-    auto at = [&](int q) {
-      T v;
-      std::memcpy(&v, inputs[q]->data() + (offset + i) * sizeof(T), sizeof(T));
-      return v;
-    };
     uint64_t sum = 0, prod = 1;
-    T lo = at(0), hi = at(0);
+    T lo = in[0][i], hi = in[0][i];
     for (int q = 0; q < n; ++q) {
-      T v = at(q);
+      T v = in[q][i];
       sum += static_cast<uint64_t>(static_cast<int64_t>(v));
       prod *= static_cast<uint64_t>(static_cast<int64_t>(v));
       if (v < lo) lo = v;
@@ -131,21 +127,43 @@ void storeFloatTo(char* p, trncclDataType_t dtype, double exact, bool avg, int n
   }
 }
 
-void reduceFloats(trncclDataType_t dtype, const std::vector<const Bytes*>& inputs, size_t offset,
-                  size_t count, trncclRedOp_t op, char* out) {
+template <typename Load>
+void reduceFloatsWith(Load load, trncclDataType_t dtype, const std::vector<const Bytes*>& inputs,
+                      size_t offset, size_t count, trncclRedOp_t op, char* out) {
   size_t esize = typeSize(dtype);
   int n = static_cast<int>(inputs.size());
+  std::vector<const char*> in;
+  for (const Bytes* b : inputs) in.push_back(b->data() + offset * esize);
   for (size_t i = 0; i < count; ++i) {
-    double sum = 0, prod = 1, lo = 0, hi = 0;
-    for (int q = 0; q < n; ++q) {
-      double v = loadFloat(inputs[q]->data() + (offset + i) * esize, dtype);
+    double first = load(in[0] + i * esize);
+    double sum = first, prod = first, lo = first, hi = first;
+    for (int q = 1; q < n; ++q) {
+      double v = load(in[q] + i * esize);
       sum += v;
       prod *= v;
-      if (q == 0 || v < lo) lo = v;
-      if (q == 0 || v > hi) hi = v;
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
     }
     double exact = op == trncclProd ? prod : op == trncclMin ? lo : op == trncclMax ? hi : sum;
     storeFloatTo(out + i * esize, dtype, exact, op == trncclAvg, n);
+  }
+}
+
+void reduceFloats(trncclDataType_t dtype, const std::vector<const Bytes*>& inputs, size_t offset,
+                  size_t count, trncclRedOp_t op, char* out) {
+  switch (dtype) {
+    case trncclFloat16:
+      return reduceFloatsWith([](const char* p) { _Float16 h; std::memcpy(&h, p, 2); return static_cast<double>(h); },
+                              dtype, inputs, offset, count, op, out);
+    case trncclBfloat16:
+      return reduceFloatsWith([](const char* p) { uint16_t h; std::memcpy(&h, p, 2); return static_cast<double>(fromBf16(h)); },
+                              dtype, inputs, offset, count, op, out);
+    case trncclFloat32:
+      return reduceFloatsWith([](const char* p) { float f; std::memcpy(&f, p, 4); return static_cast<double>(f); },
+                              dtype, inputs, offset, count, op, out);
+    default:
+      return reduceFloatsWith([](const char* p) { double d; std::memcpy(&d, p, 8); return d; },
+                              dtype, inputs, offset, count, op, out);
   }
 }
 
@@ -171,23 +189,28 @@ const char* opName(trncclRedOp_t op) {
   return op >= 0 && op < trncclNumOps ? names[op] : "?";
 }
 
-Bytes makeInput(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t count, uint64_t salt) {
-  Bytes out(count * typeSize(dtype));
+void makeInput(Bytes& out, trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t count,
+               uint64_t salt) {
+  makeInputRange(out, dtype, op, rank, 0, count, salt);
+}
+
+void makeInputRange(Bytes& out, trncclDataType_t dtype, trncclRedOp_t op, int rank,
+                    size_t begin, size_t count, uint64_t salt) {
+  out.resize(count * typeSize(dtype));
   char* p = out.data();
   switch (dtype) {
-    case trncclInt8: fillTyped<int8_t>(p, dtype, op, rank, count, salt); break;
+    case trncclInt8: fillTyped<int8_t>(p, dtype, op, rank, begin, count, salt); break;
     case trncclUint8: case trncclFloat8e4m3: case trncclFloat8e5m2:
-      fillTyped<uint8_t>(p, trncclUint8, op, rank, count, salt); break;
-    case trncclInt32: fillTyped<int32_t>(p, dtype, op, rank, count, salt); break;
-    case trncclUint32: fillTyped<uint32_t>(p, dtype, op, rank, count, salt); break;
-    case trncclInt64: fillTyped<int64_t>(p, dtype, op, rank, count, salt); break;
-    case trncclUint64: fillTyped<uint64_t>(p, dtype, op, rank, count, salt); break;
+      fillTyped<uint8_t>(p, trncclUint8, op, rank, begin, count, salt); break;
+    case trncclInt32: fillTyped<int32_t>(p, dtype, op, rank, begin, count, salt); break;
+    case trncclUint32: fillTyped<uint32_t>(p, dtype, op, rank, begin, count, salt); break;
+    case trncclInt64: fillTyped<int64_t>(p, dtype, op, rank, begin, count, salt); break;
+    case trncclUint64: fillTyped<uint64_t>(p, dtype, op, rank, begin, count, salt); break;
     default:
       for (size_t i = 0; i < count; ++i)
         storeFloatTo(p + i * typeSize(dtype), dtype,
-                     static_cast<double>(smallValue(dtype, op, rank, i, salt)), false, 1);
+                     static_cast<double>(smallValue(dtype, op, rank, begin + i, salt)), false, 1);
   }
-  return out;
 }
 
 Bytes makeRandomFloats(int rank, size_t count, uint64_t salt) {
@@ -201,9 +224,9 @@ Bytes makeRandomFloats(int rank, size_t count, uint64_t salt) {
   return out;
 }
 
-Bytes reduceReference(trncclDataType_t dtype, trncclRedOp_t op,
-                      const std::vector<const Bytes*>& inputs, size_t offset, size_t count) {
-  Bytes out(count * typeSize(dtype));
+void reduceReference(Bytes& out, trncclDataType_t dtype, trncclRedOp_t op,
+                     const std::vector<const Bytes*>& inputs, size_t offset, size_t count) {
+  out.resize(count * typeSize(dtype));
   switch (dtype) {
     case trncclInt8: reduceInts<int8_t>(inputs, offset, count, op, out.data()); break;
     case trncclUint8: reduceInts<uint8_t>(inputs, offset, count, op, out.data()); break;
@@ -213,7 +236,6 @@ Bytes reduceReference(trncclDataType_t dtype, trncclRedOp_t op,
     case trncclUint64: reduceInts<uint64_t>(inputs, offset, count, op, out.data()); break;
     default: reduceFloats(dtype, inputs, offset, count, op, out.data()); break;
   }
-  return out;
 }
 
 size_t firstMismatch(const void* got, const void* want, size_t count, trncclDataType_t dtype) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -37,10 +38,16 @@ inline std::vector<size_t> sweepCounts() {
 constexpr size_t kGuardBytes = 64;
 constexpr char kGuardByte = static_cast<char>(0xA5);
 
-// An output buffer with guard bytes after it, to catch writes past the end.
+// An output buffer with guard bytes after it, to catch writes past the end. reset() reuses
+// the memory (see reference.hpp on why buffers are reused).
 struct Guarded {
-  explicit Guarded(size_t bytes, char fill = 0) : data(bytes + kGuardBytes, fill), bytes(bytes) {
-    for (size_t i = bytes; i < data.size(); ++i) data[i] = kGuardByte;
+  Guarded() = default;
+  explicit Guarded(size_t bytes, char fill = 0) { reset(bytes, fill); }
+  void reset(size_t newBytes, char fill = 0) {
+    bytes = newBytes;
+    data.resize(bytes + kGuardBytes);
+    std::memset(data.data(), fill, bytes);
+    std::memset(data.data() + bytes, kGuardByte, kGuardBytes);
   }
   char* ptr() { return data.data(); }
   bool guardIntact() const {
@@ -49,7 +56,7 @@ struct Guarded {
     return true;
   }
   Bytes data;
-  size_t bytes;
+  size_t bytes = 0;
 };
 
 // Records a failure when got differs from want, naming the first bad element.

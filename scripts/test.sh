@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: install, build, run every test; then rebuild the
+# library and the multi-rank tests with AddressSanitizer + UndefinedBehaviorSanitizer and run
+# them on a reduced sweep. Ends with one line: "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh || exit 1
+
+passed=0
+failed=0
+# Counts gtest cases from the JUnit report meson writes for a run.
+count_results() {
+  local report="$1/meson-logs/testlog.junit.xml"
+  if [ ! -f "$report" ]; then
+    failed=$((failed + 1))
+    return
+  fi
+  local cases failures
+  cases=$(grep -o '<testcase ' "$report" | wc -l)
+  failures=$(grep -Eo '<(failure|error)[ >]' "$report" | wc -l)
+  passed=$((passed + cases - failures))
+  failed=$((failed + failures))
+}
+
+status=0
+echo "== build (release)"
+bash scripts/build.sh build || { echo "0 passed, 1 failed"; exit 1; }
+echo "== tests (release)"
+meson test -C build --print-errorlogs --num-processes 1 || status=1
+count_results build
+
+echo "== build (address + undefined sanitizers)"
+if bash scripts/build.sh build-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined \
+    -Db_lundef=false; then
+  echo "== multi-rank and unit tests under the sanitizers (reduced sweep)"
+  TRNCCL_TEST_QUICK=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    meson test -C build-asan --print-errorlogs --num-processes 1 --suite multirank --suite unit \
+    || status=1
+  count_results build-asan
+else
+  failed=$((failed + 1))
+  status=1
+fi
+
+echo "${passed} passed, ${failed} failed"
+[ "$status" -eq 0 ] && [ "$failed" -eq 0 ]

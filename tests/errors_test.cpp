@@ -1,0 +1,378 @@
+// Bad input and faults: every case returns a clear error code and a sentence naming the rank
+// and the call; nothing hangs. Ranks are real processes (support/multirank.hpp).
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "bootstrap/bootstrap.hpp"
+#include "support/sweep.hpp"
+
+namespace trnccl::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Checks code and that the comm's (or thread's) last error mentions every part.
+void expectError(Failures& f, const char* what, trncclResult_t got, trncclResult_t want,
+                 trncclComm_t comm, std::initializer_list<std::string> parts) {
+  std::string text = trncclGetLastError(comm);
+  if (got != want)
+    f.add("%s: got %s, expected %s (%s)", what, trncclGetErrorString(got),
+          trncclGetErrorString(want), text.c_str());
+  for (const auto& part : parts)
+    if (!contains(text, part)) f.add("%s: error text '%s' lacks '%s'", what, text.c_str(), part.c_str());
+}
+
+std::set<std::string> shmSegments() {
+  std::set<std::string> names;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* e = readdir(dir))
+      if (!strncmp(e->d_name, "trnccl-", 7)) names.insert(e->d_name);
+    closedir(dir);
+  }
+  return names;
+}
+
+TEST(BadArguments, EveryCallValidatesAndTheCommStaysUsable) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    trncclComm_t comm;
+    std::string error = initComm(&comm, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    float buf[16] = {};
+    std::string r = "rank " + std::to_string(rank);
+    expectError(f, "null sendbuff", trncclAllReduce(nullptr, buf, 4, trncclFloat32, trncclSum, comm),
+                trncclInvalidArgument, comm, {r + " trncclAllReduce", "sendbuff is NULL"});
+    expectError(f, "null recvbuff", trncclAllGather(buf, nullptr, 4, trncclFloat32, comm),
+                trncclInvalidArgument, comm, {r + " trncclAllGather", "recvbuff is NULL"});
+    expectError(f, "negative count", trncclAllReduce(buf, buf, static_cast<size_t>(-1), trncclFloat32, trncclSum, comm),
+                trncclInvalidArgument, comm, {"overflows", "negative count"});
+    expectError(f, "overflowing gather", trncclAllGather(buf, buf, (SIZE_MAX / 8), trncclFloat64, comm),
+                trncclInvalidArgument, comm, {"overflows"});
+    expectError(f, "unknown dtype", trncclAllReduce(buf, buf, 4, static_cast<trncclDataType_t>(99), trncclSum, comm),
+                trncclInvalidArgument, comm, {"datatype 99"});
+    expectError(f, "unknown op", trncclReduceScatter(buf, buf, 4, trncclFloat32, static_cast<trncclRedOp_t>(42), comm),
+                trncclInvalidArgument, comm, {"op 42", "trncclReduceScatter"});
+    expectError(f, "fp8 reduction", trncclAllReduce(buf, buf, 4, trncclFloat8e4m3, trncclSum, comm),
+                trncclInvalidArgument, comm, {"payload-only"});
+    expectError(f, "root out of range", trncclBroadcast(buf, buf, 4, trncclFloat32, 5, comm),
+                trncclInvalidArgument, comm, {"root 5 is out of range [0, 2)", "trncclBroadcast"});
+    expectError(f, "negative root", trncclReduce(buf, buf, 4, trncclFloat32, trncclSum, -1, comm),
+                trncclInvalidArgument, comm, {"root -1"});
+    expectError(f, "peer out of range", trncclSend(buf, 4, trncclFloat32, 2, comm),
+                trncclInvalidArgument, comm, {"peer 2 is out of range", "trncclSend"});
+    expectError(f, "null comm", trncclAllReduce(buf, buf, 4, trncclFloat32, trncclSum, nullptr),
+                trncclInvalidArgument, nullptr, {"comm is NULL"});
+    expectError(f, "null request", trncclAllReduceAsync(buf, buf, 4, trncclFloat32, trncclSum, comm, nullptr),
+                trncclInvalidArgument, comm, {"request is NULL"});
+    expectError(f, "null counts", trncclAllToAllv(buf, nullptr, nullptr, buf, nullptr, nullptr, trncclFloat32, comm),
+                trncclInvalidArgument, comm, {"sendcounts"});
+    size_t counts[2] = {1, 1}, displs[2] = {0, 1};
+    expectError(f, "in-place alltoallv", trncclAllToAllv(buf, counts, displs, buf, counts, displs, trncclFloat32, comm),
+                trncclInvalidArgument, comm, {"in-place"});
+    trncclRequest_t request = nullptr;
+    expectError(f, "wait on null", trncclWait(&request, 0), trncclInvalidArgument, nullptr, {"trncclWait"});
+    expectError(f, "group end without start", trncclGroupEnd(), trncclInvalidUsage, nullptr, {"trncclGroupStart"});
+    // None of that touched the communicator: a real call still works.
+    float one[4] = {1, 1, 1, 1}, sum[4] = {};
+    if (trncclAllReduce(one, sum, 4, trncclFloat32, trncclSum, comm) != trncclSuccess || sum[3] != 2.0f)
+      f.add("a valid all-reduce after bad calls failed: %s", trncclGetLastError(comm));
+    trncclCommDestroy(comm);
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(BadArguments, InitArgumentsAndConfig) {
+  trncclUniqueId id;
+  ASSERT_EQ(trncclGetUniqueId(&id), trncclSuccess);
+  trncclComm_t comm;
+  EXPECT_EQ(trncclCommInitRank(&comm, 0, id, 0), trncclInvalidArgument);
+  EXPECT_TRUE(contains(trncclGetLastError(nullptr), "nranks=0"));
+  EXPECT_EQ(trncclCommInitRank(&comm, 2, id, 2), trncclInvalidArgument);
+  EXPECT_TRUE(contains(trncclGetLastError(nullptr), "rank 2 is out of range"));
+  EXPECT_EQ(trncclCommInitRank(nullptr, 2, id, 0), trncclInvalidArgument);
+  trncclConfig_t config = TRNCCL_CONFIG_INITIALIZER;
+  config.magic = 0;
+  EXPECT_EQ(trncclCommInitRankConfig(&comm, 1, id, 0, &config), trncclInvalidArgument);
+  EXPECT_TRUE(contains(trncclGetLastError(nullptr), "TRNCCL_CONFIG_INITIALIZER"));
+  trncclUniqueId garbage;
+  std::memset(&garbage, 0x5a, sizeof(garbage));
+  EXPECT_EQ(trncclCommInitRank(&comm, 1, garbage, 0), trncclInvalidArgument);
+  EXPECT_TRUE(contains(trncclGetLastError(nullptr), "unique id"));
+}
+
+TEST(Mismatch, SendRecvCountsDiffer) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    trncclComm_t comm;
+    std::string error = initComm(&comm, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    float data[20] = {};
+    if (rank == 0) {
+      if (trncclSend(data, 10, trncclFloat32, 1, comm) != trncclSuccess)
+        f.add("the eager send itself should succeed: %s", trncclGetLastError(comm));
+    } else {
+      expectError(f, "recv", trncclRecv(data, 20, trncclFloat32, 0, comm), trncclInvalidUsage, comm,
+                  {"rank 1", "expected a message of 80 bytes from rank 0", "sent 40 bytes"});
+    }
+    trncclCommAbort(comm);
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+void collectiveMismatch(const char* algo, std::initializer_list<std::string> parts) {
+  std::string algorithm = algo;
+  std::vector<std::string> expected(parts);
+  auto outcomes = runRanks(2, [&](int rank, int n, const trncclUniqueId& id) {
+    setenv("TRNCCL_ALGO", algorithm.c_str(), 1);
+    setenv("TRNCCL_TIMEOUT", "60", 1);
+    trncclComm_t comm;
+    std::string error = initComm(&comm, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    std::vector<float> data(40, 1.0f);
+    auto start = Clock::now();
+    trncclResult_t rc = trncclAllReduce(data.data(), data.data(), rank == 0 ? 10 : 20,
+                                        trncclFloat32, trncclSum, comm);
+    std::string text = trncclGetLastError(comm);
+    if (rc != trncclInvalidUsage && rc != trncclRemoteError)
+      f.add("rank %d: got %s, expected invalid usage or remote error: %s", rank,
+            trncclGetErrorString(rc), text.c_str());
+    for (const auto& part : expected)
+      if (!contains(text, part)) f.add("rank %d: '%s' lacks '%s'", rank, text.c_str(), part.c_str());
+    if (since(start) > 20) f.add("rank %d took %.1f s to notice the mismatch", rank, since(start));
+    // The communicator is now unusable, and says so at once.
+    rc = trncclAllReduce(data.data(), data.data(), 1, trncclFloat32, trncclSum, comm);
+    if (rc == trncclSuccess) f.add("rank %d: a call on a failed communicator succeeded", rank);
+    trncclCommAbort(comm);
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(Mismatch, CollectiveCountsDifferDirect) {
+  collectiveMismatch("direct", {"count=10", "count=20", "mismatched calls"});
+}
+
+TEST(Mismatch, CollectiveCountsDifferRing) {
+  collectiveMismatch("ring", {"expected a message of"});
+}
+
+TEST(Rendezvous, WrongNranksIsReported) {
+  auto outcomes = runRanks(2, [](int rank, int, const trncclUniqueId& id) {
+    Failures f;
+    trncclComm_t comm = nullptr;
+    trncclResult_t rc = trncclCommInitRank(&comm, rank == 0 ? 2 : 3, id, rank);
+    std::string text = trncclGetLastError(nullptr);
+    if (rc == trncclSuccess) f.add("rank %d: init with mismatched nranks succeeded", rank);
+    if (!contains(text, "nranks")) f.add("rank %d: '%s' does not mention nranks", rank, text.c_str());
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(Rendezvous, DuplicateRankIsReported) {
+  auto outcomes = runRanks(2, [](int, int n, const trncclUniqueId& id) {
+    Failures f;
+    trncclComm_t comm = nullptr;
+    trncclResult_t rc = trncclCommInitRank(&comm, n, id, 0);
+    std::string text = trncclGetLastError(nullptr);
+    if (rc != trncclInvalidUsage) f.add("got %s: %s", trncclGetErrorString(rc), text.c_str());
+    if (!contains(text, "rank 0 joined twice")) f.add("'%s' lacks 'rank 0 joined twice'", text.c_str());
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(Rendezvous, MissingRankTimesOutListingIt) {
+  auto outcomes = runRanks(3, [](int rank, int n, const trncclUniqueId& id) {
+    setenv("TRNCCL_TIMEOUT", "2", 1);
+    Failures f;
+    auto start = Clock::now();
+    trncclComm_t comm = nullptr;
+    trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+    std::string text = trncclGetLastError(nullptr);
+    if (rc != trncclTimeout) f.add("rank %d got %s: %s", rank, trncclGetErrorString(rc), text.c_str());
+    if (!contains(text, "missing ranks [2]")) f.add("'%s' lacks 'missing ranks [2]'", text.c_str());
+    if (since(start) > 10) f.add("took %.1f s with TRNCCL_TIMEOUT=2", since(start));
+    return f.text();
+  }, 60, /*ranksToStart=*/2);
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(Rendezvous, StrayConnectionsAreRejected) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    if (rank == 0) {
+      // A port scanner, a client of another protocol, and a client that goes silent.
+      auto data = bootstrap::parseUniqueId(id).value();
+      for (int attempt = 0; attempt < 3; ++attempt) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in sa{};
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons(data.port);
+        sa.sin_addr.s_addr = data.ipv4;
+        if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
+          if (attempt == 1) {
+            const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+            (void)!write(fd, junk, sizeof(junk));
+          }
+          if (attempt == 2) continue;  // leave it open and silent
+        }
+        close(fd);
+      }
+    }
+    trncclComm_t comm;
+    std::string error = initComm(&comm, n, id, rank);
+    if (!error.empty()) return error;
+    int one = 1, sum = 0;
+    std::string result;
+    if (trncclAllReduce(&one, &sum, 1, trncclInt32, trncclSum, comm) != trncclSuccess || sum != 2)
+      result = "all-reduce after stray connections failed";
+    trncclCommDestroy(comm);
+    return result;
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+void peerDies(const char* algo, int nranks) {
+  std::string algorithm = algo;
+  auto before = shmSegments();
+  auto outcomes = runRanks(nranks, [&](int rank, int n, const trncclUniqueId& id) {
+    setenv("TRNCCL_ALGO", algorithm.c_str(), 1);
+    setenv("TRNCCL_TIMEOUT", "60", 1);
+    trncclComm_t comm;
+    std::string error = initComm(&comm, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    std::vector<float> data(1 << 16, 1.0f);
+    if (trncclAllReduce(data.data(), data.data(), data.size(), trncclFloat32, trncclSum, comm) !=
+        trncclSuccess)
+      f.add("first all-reduce failed: %s", trncclGetLastError(comm));
+    if (rank == n - 1) kill(getpid(), SIGKILL);  // dies without a word
+    auto start = Clock::now();
+    trncclResult_t rc =
+        trncclAllReduce(data.data(), data.data(), data.size(), trncclFloat32, trncclSum, comm);
+    std::string text = trncclGetLastError(comm);
+    if (rc != trncclRemoteError)
+      f.add("rank %d got %s, expected remote error: %s", rank, trncclGetErrorString(rc), text.c_str());
+    if (!contains(text, "rank " + std::to_string(n - 1)))
+      f.add("rank %d: '%s' does not name rank %d", rank, text.c_str(), n - 1);
+    if (since(start) > 15)
+      f.add("rank %d needed %.1f s to notice (the timeout is 60 s)", rank, since(start));
+    trncclResult_t async = trncclSuccess;
+    trncclCommGetAsyncError(comm, &async);
+    if (async == trncclSuccess) f.add("rank %d: async error not set after the failure", rank);
+    trncclCommAbort(comm);
+    return f.text();
+  });
+  ASSERT_EQ(static_cast<int>(outcomes.size()), nranks);
+  for (int r = 0; r < nranks - 1; ++r)
+    EXPECT_TRUE(outcomes[r].exitCode == 0 && outcomes[r].failures.empty())
+        << "rank " << r << ": " << outcomes[r].failures;
+  EXPECT_EQ(outcomes[nranks - 1].signal, SIGKILL);
+  EXPECT_EQ(shmSegments(), before) << "a shared-memory segment was left behind";
+}
+
+TEST(Faults, PeerDiesMidCollectiveDirect) { peerDies("direct", 2); }
+TEST(Faults, PeerDiesMidCollectiveRing) { peerDies("ring", 3); }
+TEST(Faults, PeerDiesMidCollectiveFourRanks) { peerDies("direct", 4); }
+
+TEST(Faults, StuckPeerTimesOutNamingIt) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    setenv("TRNCCL_TIMEOUT", "1", 1);
+    trncclComm_t comm;
+    std::string error = initComm(&comm, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    if (rank == 0) {
+      int x = 1;
+      auto start = Clock::now();
+      expectError(f, "stuck all-reduce", trncclAllReduce(&x, &x, 1, trncclInt32, trncclSum, comm),
+                  trncclTimeout, comm, {"rank 0", "AllReduce(count=1, int32, sum)",
+                                        "not complete after 1.0 s", "rank 1", "TRNCCL_TIMEOUT"});
+      if (since(start) > 5) f.add("timeout of 1 s took %.1f s", since(start));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // never calls
+    }
+    trncclCommAbort(comm);
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(Faults, AbortFromAnotherThreadUnblocksTheWaiter) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    setenv("TRNCCL_TIMEOUT", "60", 1);
+    trncclComm_t comm;
+    std::string error = initComm(&comm, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    if (rank == 0) {
+      trncclResult_t waiterResult = trncclSuccess;
+      double waited = 0;
+      std::thread waiter([&] {
+        int x = 1;
+        auto start = Clock::now();
+        waiterResult = trncclAllReduce(&x, &x, 1, trncclInt32, trncclSum, comm);
+        waited = since(start);
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (trncclCommAbort(comm) != trncclSuccess) f.add("abort failed: %s", trncclGetLastError(nullptr));
+      waiter.join();
+      if (waiterResult != trncclAborted)
+        f.add("the waiting all-reduce returned %s, expected aborted", trncclGetErrorString(waiterResult));
+      if (waited > 5) f.add("the waiter took %.1f s to return", waited);
+    } else {
+      // The peer learns of the abort through its async error instead of hanging later.
+      auto start = Clock::now();
+      trncclResult_t async = trncclSuccess;
+      while (async == trncclSuccess && since(start) < 10) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        trncclCommGetAsyncError(comm, &async);
+      }
+      if (async != trncclRemoteError)
+        f.add("rank 1's async error is %s, expected remote error", trncclGetErrorString(async));
+      if (!contains(trncclGetLastError(comm), "rank 0 called trncclCommAbort"))
+        f.add("rank 1's error '%s' does not say rank 0 aborted", trncclGetLastError(comm));
+      trncclCommAbort(comm);
+    }
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(Faults, NoSegmentLeftAfterManyJobs) {
+  auto before = shmSegments();
+  for (int job = 0; job < 5; ++job) {
+    auto outcomes = runRanks(3, [](int rank, int n, const trncclUniqueId& id) {
+      trncclComm_t comm;
+      std::string error = initComm(&comm, n, id, rank);
+      if (!error.empty()) return error;
+      trncclCommDestroy(comm);
+      return std::string();
+    });
+    EXPECT_ALL_RANKS_OK(outcomes);
+  }
+  EXPECT_EQ(shmSegments(), before);
+}
+
+}  // namespace
+}  // namespace trnccl::testing

@@ -1,0 +1,197 @@
+// Unit tests of the pieces under the communicator: env registry, type conversions, reduction
+// kernels (every compiled ISA variant against the independent reference), the planner's
+// override grammar, unique id text form and node grouping.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "bootstrap/bootstrap.hpp"
+#include "collectives/planner.hpp"
+#include "core/dtype.hpp"
+#include "core/env.hpp"
+#include "core/reduce.hpp"
+#include "support/reference.hpp"
+#include "support/sweep.hpp"
+#include "topology/host.hpp"
+
+namespace trnccl {
+namespace kernels {
+namespace generic { void reduce(const ReduceArgs& args); }
+namespace avx2 { void reduce(const ReduceArgs& args); }
+namespace avx512 { void reduce(const ReduceArgs& args); }
+}  // namespace kernels
+
+namespace {
+
+using testing::Bytes;
+
+TEST(Env, ParsesBytesSecondsAndRejectsJunk) {
+  setenv("TRNCCL_SHM_CHUNK_BYTES", "512K", 1);
+  EXPECT_EQ(env::getInt(env::kShmChunkBytes).value(), 512 * 1024);
+  setenv("TRNCCL_SHM_CHUNK_BYTES", "2MiB", 1);
+  EXPECT_EQ(env::getInt(env::kShmChunkBytes).value(), 2 * 1024 * 1024);
+  setenv("TRNCCL_SHM_CHUNK_BYTES", "lots", 1);
+  auto bad = env::getInt(env::kShmChunkBytes);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("TRNCCL_SHM_CHUNK_BYTES='lots'"), std::string::npos);
+  unsetenv("TRNCCL_SHM_CHUNK_BYTES");
+  EXPECT_EQ(env::getInt(env::kShmChunkBytes).value(), 256 * 1024);  // the default
+  setenv("TRNCCL_TIMEOUT", "2.5", 1);
+  EXPECT_DOUBLE_EQ(env::getSeconds(env::kTimeout).value(), 2.5);
+  setenv("TRNCCL_TIMEOUT", "-1", 1);
+  EXPECT_FALSE(env::getSeconds(env::kTimeout).isOk());
+  unsetenv("TRNCCL_TIMEOUT");
+  // Every variable is documented and listed once.
+  std::string table = env::describeAll();
+  for (const env::Var* var : env::all()) {
+    EXPECT_NE(table.find(var->name), std::string::npos);
+    EXPECT_GT(std::strlen(var->doc), 10u) << var->name;
+  }
+}
+
+TEST(Conversions, HalfRoundTripsEveryValue) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    uint16_t bits = static_cast<uint16_t>(h);
+    float f = fp16ToFloat(bits);
+    _Float16 reference;
+    std::memcpy(&reference, &bits, 2);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(static_cast<float>(reference)));
+      continue;
+    }
+    ASSERT_EQ(f, static_cast<float>(reference)) << h;
+    ASSERT_EQ(floatToFp16(f), bits) << h;
+  }
+}
+
+TEST(Conversions, FloatToHalfAndBf16RoundLikeIndependentReferences) {
+  std::mt19937 gen(7);
+  std::uniform_int_distribution<uint32_t> any;
+  for (int i = 0; i < 2000000; ++i) {
+    uint32_t bits = any(gen);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (std::isnan(f)) continue;
+    _Float16 h = static_cast<_Float16>(f);
+    uint16_t hb;
+    std::memcpy(&hb, &h, 2);
+    ASSERT_EQ(floatToFp16(f), hb) << f;
+    // bf16 reference: nearest of the two neighbours, ties to even.
+    uint32_t down = bits & 0xFFFF0000u, up = down + 0x10000u;
+    float lo, hi;
+    std::memcpy(&lo, &down, 4);
+    std::memcpy(&hi, &up, 4);
+    if (std::isinf(lo)) continue;
+    // Past the largest bf16 the upper neighbour is infinity, which rounds like 2^128.
+    double hiValue = std::isinf(hi) ? std::copysign(std::ldexp(1.0, 128), f) : hi;
+    double dl = std::fabs(double(f) - lo), dh = std::fabs(hiValue - f);
+    uint16_t want = static_cast<uint16_t>((dl < dh ? down : dh < dl ? up : ((down >> 16) & 1 ? up : down)) >> 16);
+    ASSERT_EQ(floatToBf16(f), want) << f;
+  }
+}
+
+using KernelFn = void (*)(const ReduceArgs&);
+
+std::vector<std::pair<const char*, KernelFn>> kernelsOnThisCpu() {
+  std::vector<std::pair<const char*, KernelFn>> list = {{"generic", kernels::generic::reduce}};
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    list.push_back({"avx2", kernels::avx2::reduce});
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl"))
+    list.push_back({"avx512", kernels::avx512::reduce});
+  return list;
+}
+
+TEST(Kernels, EveryIsaEveryTypeEveryOpMatchesTheReference) {
+  for (auto [isa, fn] : kernelsOnThisCpu()) {
+    for (auto t : testing::reducibleTypes())
+      for (auto op : testing::allOps())
+        for (int nsrcs : {1, 2, 3, 8})
+          for (size_t count : {size_t(0), size_t(1), size_t(15), size_t(513), size_t(4099)}) {
+            std::vector<Bytes> inputs(nsrcs);
+            std::vector<const Bytes*> ptrs;
+            std::vector<const void*> srcs;
+            for (int q = 0; q < nsrcs; ++q) {
+              testing::makeInput(inputs[q], t, op, q, count, count + nsrcs);
+              ptrs.push_back(&inputs[q]);
+              srcs.push_back(inputs[q].data());
+            }
+            Bytes want, got(count * testing::typeSize(t) + 1, 0x33);
+            testing::reduceReference(want, t, op, ptrs, 0, count);
+            fn({t, op, got.data(), srcs.data(), nsrcs, count, op == trncclAvg ? nsrcs : 0});
+            ASSERT_EQ(testing::firstMismatch(got.data(), want.data(), count, t), size_t(-1))
+                << isa << " " << testing::typeName(t) << " " << testing::opName(op) << " n=" << nsrcs
+                << " count=" << count;
+            ASSERT_EQ(got.back(), 0x33) << "wrote past the end";
+          }
+  }
+}
+
+TEST(Kernels, InPlaceAccumulationIsAllowed) {
+  // The direct algorithms reduce into one of their sources.
+  std::vector<float> a(1000, 1.5f), b(1000, 2.0f);
+  const void* srcs[2] = {a.data(), b.data()};
+  reduce({trncclFloat32, trncclSum, a.data(), srcs, 2, a.size(), 0});
+  EXPECT_EQ(a[999], 3.5f);
+}
+
+TEST(Planner, OverrideGrammar) {
+  auto all = parseAlgoOverrides("ring").value();
+  EXPECT_EQ(*all.forKind[static_cast<int>(CollKind::kAllGather)], Algorithm::kRing);
+  auto mixed = parseAlgoOverrides("allreduce:ring;AllGather:direct").value();
+  EXPECT_EQ(*mixed.forKind[static_cast<int>(CollKind::kAllReduce)], Algorithm::kRing);
+  EXPECT_EQ(*mixed.forKind[static_cast<int>(CollKind::kAllGather)], Algorithm::kDirect);
+  EXPECT_FALSE(mixed.forKind[static_cast<int>(CollKind::kBroadcast)].has_value());
+  auto excluded = parseAlgoOverrides("^direct").value();
+  EXPECT_TRUE(excluded.excluded[static_cast<int>(Algorithm::kDirect)]);
+  auto bad = parseAlgoOverrides("allreduce:tree");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("unknown algorithm 'tree'"), std::string::npos);
+  EXPECT_FALSE(parseAlgoOverrides("allscatter:ring").isOk());
+  EXPECT_FALSE(parseAlgoOverrides("^ring,^direct").isOk());
+
+  CommView local;
+  local.allLocal = true;
+  Planner planner(local, parseAlgoOverrides("").value());
+  EXPECT_EQ(planner.choose(CollKind::kAllReduce, 8).value(), Algorithm::kDirect);
+  CommView spread = local;
+  spread.allLocal = false;
+  Planner multiNode(spread, parseAlgoOverrides("direct").value());
+  EXPECT_FALSE(multiNode.choose(CollKind::kAllReduce, 8).isOk());
+  Planner multiNodeDefault(spread, parseAlgoOverrides("").value());
+  EXPECT_EQ(multiNodeDefault.choose(CollKind::kAllReduce, 8).value(), Algorithm::kRing);
+}
+
+TEST(UniqueId, HexRoundTripAndValidation) {
+  trncclUniqueId id;
+  ASSERT_EQ(trncclGetUniqueId(&id), trncclSuccess);
+  std::string hex = bootstrap::uniqueIdToHex(id);
+  EXPECT_EQ(hex.size(), 2 * sizeof(id.internal));
+  auto back = bootstrap::uniqueIdFromHex(hex);
+  ASSERT_TRUE(back.isOk());
+  EXPECT_EQ(std::memcmp(back.value().internal, id.internal, sizeof(id.internal)), 0);
+  EXPECT_FALSE(bootstrap::uniqueIdFromHex("abc").isOk());
+  EXPECT_FALSE(bootstrap::uniqueIdFromHex(std::string(hex.size(), 'z')).isOk());
+  EXPECT_TRUE(bootstrap::parseUniqueId(id).isOk());
+}
+
+TEST(Topology, GroupsRanksByHost) {
+  auto layout = topology::groupByHost({7, 9, 7, 9, 5});
+  EXPECT_EQ(layout.nnodes, 3);
+  EXPECT_EQ(layout.ranksOfNode[0], (std::vector<int>{0, 2}));
+  EXPECT_EQ(layout.localRank(3), 1);
+  EXPECT_EQ(layout.localSize(4), 1);
+  setenv("TRNCCL_HOSTID", "node-a", 1);
+  auto a = topology::localHostIdentity();
+  setenv("TRNCCL_HOSTID", "node-b", 1);
+  auto b = topology::localHostIdentity();
+  unsetenv("TRNCCL_HOSTID");
+  EXPECT_NE(a.hash, b.hash);
+  EXPECT_EQ(a.id, "node-a");
+}
+
+}  // namespace
+}  // namespace trnccl
