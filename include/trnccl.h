@@ -38,7 +38,8 @@ typedef enum {
   trncclTimeout = 7,
   trncclAborted = 8,
   trncclInProgress = 9,
-  trncclNumResults = 10
+  trncclNumResults = 10,
+  trncclResultForceInt = 0x7fffffff /* keeps any int a valid value (the library validates) */
 } trncclResult_t;
 
 typedef enum {
@@ -55,7 +56,8 @@ typedef enum {
   /* fp8 types are payload-only: valid for data movement, refused by reductions. */
   trncclFloat8e4m3 = 10,
   trncclFloat8e5m2 = 11,
-  trncclNumTypes = 12
+  trncclNumTypes = 12,
+  trncclDataTypeForceInt = 0x7fffffff /* keeps any int a valid value (the library validates) */
 } trncclDataType_t;
 
 typedef enum {
@@ -64,7 +66,8 @@ typedef enum {
   trncclMax = 2,
   trncclMin = 3,
   trncclAvg = 4,
-  trncclNumOps = 5
+  trncclNumOps = 5,
+  trncclRedOpForceInt = 0x7fffffff /* keeps any int a valid value (the library validates) */
 } trncclRedOp_t;
 
 #define TRNCCL_UNIQUE_ID_BYTES 128

@@ -8,7 +8,8 @@ bash scripts/install-deps.sh || exit 1
 
 passed=0
 failed=0
-# Counts gtest cases from the JUnit report meson writes for a run.
+# Counts gtest cases from the JUnit report meson writes for a run; $2 is meson's exit code
+# (a crashed test binary may leave no failing case behind: it still counts as one failure).
 count_results() {
   local report="$1/meson-logs/testlog.junit.xml"
   if [ ! -f "$report" ]; then
@@ -18,6 +19,7 @@ count_results() {
   local cases failures
   cases=$(grep -o '<testcase ' "$report" | wc -l)
   failures=$(grep -Eo '<(failure|error)[ >]' "$report" | wc -l)
+  if [ "$2" -ne 0 ] && [ "$failures" -eq 0 ]; then failures=1; fi
   passed=$((passed + cases - failures))
   failed=$((failed + failures))
 }
@@ -26,8 +28,10 @@ status=0
 echo "== build (release)"
 bash scripts/build.sh build || { echo "0 passed, 1 failed"; exit 1; }
 echo "== tests (release)"
-meson test -C build --print-errorlogs --num-processes 1 || status=1
-count_results build
+meson test -C build --print-errorlogs --num-processes 1
+rc=$?
+[ "$rc" -eq 0 ] || status=1
+count_results build "$rc"
 
 echo "== build (address + undefined sanitizers)"
 if bash scripts/build.sh build-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined \
@@ -35,9 +39,10 @@ if bash scripts/build.sh build-asan -Dbuildtype=debugoptimized -Db_sanitize=addr
   echo "== multi-rank and unit tests under the sanitizers (reduced sweep)"
   TRNCCL_TEST_QUICK=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-    meson test -C build-asan --print-errorlogs --num-processes 1 --suite multirank --suite unit \
-    || status=1
-  count_results build-asan
+    meson test -C build-asan --print-errorlogs --num-processes 1 --suite multirank --suite unit
+  rc=$?
+  [ "$rc" -eq 0 ] || status=1
+  count_results build-asan "$rc"
 else
   failed=$((failed + 1))
   status=1

@@ -33,23 +33,32 @@ std::string describeCall(const std::vector<CollArgs>& calls) {
   return text + ")";
 }
 
-// A queued call (or a fused group of point-to-point calls) and how to plan it.
+// A queued call (or a fused group of point-to-point calls) and how to plan it. Queued calls
+// own a copy of their arguments; a blocking call borrows the caller's, which outlive it.
 class CallOperation final : public Operation {
  public:
   CallOperation(std::vector<CollArgs> calls, const Planner* planner, Algorithm algo)
-      : Operation(calls.front().kind), calls_(std::move(calls)), planner_(planner), algo_(algo) {}
+      : Operation(calls.front().kind), owned_(std::move(calls)), calls_(owned_.data()),
+        ncalls_(owned_.size()), planner_(planner), algo_(algo) {}
+  CallOperation(const CollArgs& call, const Planner* planner, Algorithm algo)
+      : Operation(call.kind), calls_(&call), ncalls_(1), planner_(planner), algo_(algo) {}
 
-  std::string description() const override { return describeCall(calls_); }
+  std::string description() const override {
+    return describeCall(std::vector<CollArgs>(calls_, calls_ + ncalls_));
+  }
 
  private:
   Status plan(ScheduleBuilder& b) override {
-    if (calls_.size() == 1) return planner_->build(b, calls_.front(), algo_);
+    if (ncalls_ == 1) return planner_->build(b, calls_[0], algo_);
     ConcurrentSteps together(b);  // a group of point-to-point calls progresses as one
-    for (const CollArgs& call : calls_) TRNCCL_RETURN_IF_ERROR(planner_->build(b, call, algo_));
+    for (size_t i = 0; i < ncalls_; ++i)
+      TRNCCL_RETURN_IF_ERROR(planner_->build(b, calls_[i], algo_));
     return Status::ok();
   }
 
-  std::vector<CollArgs> calls_;
+  std::vector<CollArgs> owned_;
+  const CollArgs* calls_;
+  size_t ncalls_;
   const Planner* planner_;
   Algorithm algo_;
 };
@@ -188,19 +197,36 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
 
 Result<std::shared_ptr<Operation>> Communicator::enqueue(const std::vector<CollArgs>& calls) {
   const CollArgs& first = calls.front();
-  size_t bytes = first.count * dtypeSize(first.dtype);
-  auto algo = planner_->choose(first.kind, bytes);
+  auto algo = planner_->choose(first.kind, first.count * dtypeSize(first.dtype));
   TRNCCL_RETURN_IF_ERROR(algo.status());
   auto op = std::make_shared<CallOperation>(calls, planner_.get(), algo.value());
+  TRNCCL_RETURN_IF_ERROR(push(op));
+  return std::shared_ptr<Operation>(std::move(op));
+}
+
+Status Communicator::run(const CollArgs& call) {
+  auto algo = planner_->choose(call.kind, call.count * dtypeSize(call.dtype));
+  TRNCCL_RETURN_IF_ERROR(algo.status());
+  // The operation lives on this stack: the queue holds a non-owning pointer, and this call
+  // returns only once the operation has left the queue (finished, failed or aborted).
+  CallOperation op(call, planner_.get(), algo.value());
+  std::shared_ptr<Operation> handle(std::shared_ptr<Operation>(), &op);
+  TRNCCL_RETURN_IF_ERROR(push(handle));
+  return wait(handle, -1);
+}
+
+Status Communicator::push(const std::shared_ptr<Operation>& op) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!failure_.isOk())
     return Status(failure_.code() == Code::kAborted ? Code::kAborted : Code::kInvalidUsage,
-                  "the communicator is unusable after an earlier error (" + failure_.message() +
-                      "); destroy or abort it");
-  TRNCCL_TRACE(log::kColl, "%s rank %d enqueue %s algorithm %s", options_.name.c_str(), rank_,
-               op->description().c_str(), algorithmName(algo.value()));
+                  strformat("rank %d %s on %s: the communicator is unusable after an earlier "
+                            "error (%s); destroy or abort it",
+                            rank_, op->description().c_str(), options_.name.c_str(),
+                            failure_.message().c_str()));
+  TRNCCL_TRACE(log::kColl, "%s rank %d enqueue %s", options_.name.c_str(), rank_,
+               op->description().c_str());
   queue_.push_back(op);
-  return std::shared_ptr<Operation>(std::move(op));
+  return Status::ok();
 }
 
 std::string Communicator::describePeer(int rank) const {
@@ -229,6 +255,7 @@ Status Communicator::healthLocked(Operation& op) {
                        "%s destroyed its communicator while this rank was still %s it: the "
                        "ranks made different numbers of calls", describePeer(peer).c_str(),
                        op.blockedOn());
+    TRNCCL_RETURN_IF_ERROR(op.probeMismatch(ctx_, local));
     if (watch_.isDead(peer))
       return makeError(Code::kRemoteError,
                        "%s exited while this rank was %s it; the job cannot continue (look at "

@@ -41,6 +41,8 @@ class Communicator {
 
   // Queues one call (a collective, or a fused group of point-to-point calls).
   Result<std::shared_ptr<Operation>> enqueue(const std::vector<CollArgs>& calls);
+  // Queues one call and waits for it (the blocking C calls): no allocation per call.
+  Status run(const CollArgs& call);
   // Progresses until op completes, fails, or (timeoutSeconds >= 0) the wait times out; a
   // timed-out wait leaves the operation queued (kInProgress is returned).
   Status wait(const std::shared_ptr<Operation>& op, double timeoutSeconds);
@@ -61,6 +63,7 @@ class Communicator {
  private:
   Communicator() = default;
   Status init(int nranks, const trncclUniqueId& id, int rank, const CommOptions& options);
+  Status push(const std::shared_ptr<Operation>& op);
   void progressLocked();
   Status healthLocked(Operation& op);
   void failLocked(const Status& status);

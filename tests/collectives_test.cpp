@@ -77,7 +77,7 @@ TEST_P(Collectives, AllReduce) {
           for (bool inPlace : {false, true}) {
             std::string what = label("AllReduce", t, op, count, inPlace, rank);
             out.reset(bytes);
-            if (inPlace) std::memcpy(out.ptr(), inputs[rank].data(), bytes);
+            if (inPlace) copyBytes(out.ptr(), inputs[rank].data(), bytes);
             const void* send = inPlace ? out.ptr() : inputs[rank].data();
             if (!ok(f, trncclAllReduce(send, out.ptr(), count, t, op, comm), what)) return;
             expectSame(f, what, out.ptr(), want.data(), count, t);
@@ -102,7 +102,7 @@ TEST_P(Collectives, Reduce) {
           for (bool inPlace : {false, true}) {
             std::string what = label("Reduce", t, op, count, inPlace, rank);
             out.reset(bytes);
-            std::memcpy(out.ptr(), inputs[rank].data(), bytes);
+            copyBytes(out.ptr(), inputs[rank].data(), bytes);
             const void* send = inPlace ? out.ptr() : inputs[rank].data();
             if (!ok(f, trncclReduce(send, out.ptr(), count, t, op, root, comm), what)) return;
             if (rank == root) expectSame(f, what, out.ptr(), want.data(), count, t);
@@ -131,7 +131,7 @@ TEST_P(Collectives, ReduceScatter) {
             std::string what = label("ReduceScatter", t, op, count, inPlace, rank);
             if (inPlace) {  // recvbuff is this rank's block of sendbuff
               buf.reset(bytes * n);
-              std::memcpy(buf.ptr(), mine.data(), bytes * n);
+              copyBytes(buf.ptr(), mine.data(), bytes * n);
               char* recv = buf.ptr() + rank * bytes;
               if (!ok(f, trncclReduceScatter(buf.ptr(), recv, count, t, op, comm), what)) return;
               expectSame(f, what, recv, want.data(), count, t);
@@ -163,7 +163,7 @@ TEST_P(Collectives, AllGather) {
         for (bool inPlace : {false, true}) {
           std::string what = label("AllGather", t, trncclSum, count, inPlace, rank);
           out.reset(bytes * n);
-          if (inPlace) std::memcpy(out.ptr() + rank * bytes, inputs[rank].data(), bytes);
+          if (inPlace) copyBytes(out.ptr() + rank * bytes, inputs[rank].data(), bytes);
           const void* send = inPlace ? out.ptr() + rank * bytes : inputs[rank].data();
           if (!ok(f, trncclAllGather(send, out.ptr(), count, t, comm), what)) return;
           expectSame(f, what, out.ptr(), want.data(), count * n, t);
@@ -185,7 +185,7 @@ TEST_P(Collectives, Broadcast) {
         for (bool inPlace : {false, true}) {
           std::string what = label("Broadcast", t, trncclSum, count, inPlace, rank);
           out.reset(bytes);
-          if (inPlace && rank == root) std::memcpy(out.ptr(), data.data(), bytes);
+          if (inPlace && rank == root) copyBytes(out.ptr(), data.data(), bytes);
           const void* send = rank != root ? nullptr : inPlace ? out.ptr() : data.data();
           if (!ok(f, trncclBroadcast(send, out.ptr(), count, t, root, comm), what)) return;
           expectSame(f, what, out.ptr(), data.data(), count, t);
@@ -212,7 +212,7 @@ TEST_P(Collectives, AllToAll) {
         for (bool inPlace : {false, true}) {
           std::string what = label("AllToAll", t, trncclSum, count, inPlace, rank);
           out.reset(bytes * n);
-          if (inPlace) std::memcpy(out.ptr(), mine.data(), bytes * n);
+          if (inPlace) copyBytes(out.ptr(), mine.data(), bytes * n);
           const void* send = inPlace ? out.ptr() : mine.data();
           if (!ok(f, trncclAllToAll(send, out.ptr(), count, t, comm), what)) return;
           expectSame(f, what, out.ptr(), want.data(), count * n, t);
@@ -257,7 +257,7 @@ TEST_P(Collectives, AllToAllv) {
         Guarded out(recvExtent * esize, 0x11);
         Bytes want(out.data.begin(), out.data.begin() + recvExtent * esize);
         for (int q = 0; q < n; ++q)
-          std::memcpy(want.data() + rd[q] * esize,
+          copyBytes(want.data() + rd[q] * esize,
                       inputs[q].data() + peerDispls[q][rank] * esize, rc[q] * esize);
         std::string what = std::string("AllToAllv ") + typeName(t) + " scale=" +
                            std::to_string(scale) + " rank " + std::to_string(rank);

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -138,7 +139,8 @@ TEST(Mismatch, SendRecvCountsDiffer) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
-void collectiveMismatch(const char* algo, std::initializer_list<std::string> parts) {
+void collectiveMismatch(const char* algo, size_t count0, size_t count1,
+                        std::initializer_list<std::string> parts) {
   std::string algorithm = algo;
   std::vector<std::string> expected(parts);
   auto outcomes = runRanks(2, [&](int rank, int n, const trncclUniqueId& id) {
@@ -148,9 +150,9 @@ void collectiveMismatch(const char* algo, std::initializer_list<std::string> par
     std::string error = initComm(&comm, n, id, rank);
     if (!error.empty()) return error;
     Failures f;
-    std::vector<float> data(40, 1.0f);
+    std::vector<float> data(std::max(count0, count1), 1.0f);
     auto start = Clock::now();
-    trncclResult_t rc = trncclAllReduce(data.data(), data.data(), rank == 0 ? 10 : 20,
+    trncclResult_t rc = trncclAllReduce(data.data(), data.data(), rank == 0 ? count0 : count1,
                                         trncclFloat32, trncclSum, comm);
     std::string text = trncclGetLastError(comm);
     if (rc != trncclInvalidUsage && rc != trncclRemoteError)
@@ -169,11 +171,18 @@ void collectiveMismatch(const char* algo, std::initializer_list<std::string> par
 }
 
 TEST(Mismatch, CollectiveCountsDifferDirect) {
-  collectiveMismatch("direct", {"count=10", "count=20", "mismatched calls"});
+  // Both small (the small-message lines) and both large (shared windows).
+  collectiveMismatch("direct", 10, 20, {"count=10", "count=20", "mismatched calls"});
+  collectiveMismatch("direct", 100000, 200000, {"count=100000", "count=200000", "mismatched calls"});
+}
+
+TEST(Mismatch, SmallCallAgainstLargeCallDirect) {
+  // Different protocols on the two ranks: caught by the blocked rank's health check.
+  collectiveMismatch("direct", 2, 100000, {"count=2", "count=100000", "mismatched calls"});
 }
 
 TEST(Mismatch, CollectiveCountsDifferRing) {
-  collectiveMismatch("ring", {"expected a message of"});
+  collectiveMismatch("ring", 10, 20, {"expected a message of"});
 }
 
 TEST(Rendezvous, WrongNranksIsReported) {

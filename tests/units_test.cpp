@@ -12,17 +12,12 @@
 #include "core/dtype.hpp"
 #include "core/env.hpp"
 #include "core/reduce.hpp"
+#include "core/reduce_isa.hpp"
 #include "support/reference.hpp"
 #include "support/sweep.hpp"
 #include "topology/host.hpp"
 
 namespace trnccl {
-namespace kernels {
-namespace generic { void reduce(const ReduceArgs& args); }
-namespace avx2 { void reduce(const ReduceArgs& args); }
-namespace avx512 { void reduce(const ReduceArgs& args); }
-}  // namespace kernels
-
 namespace {
 
 using testing::Bytes;
@@ -92,21 +87,8 @@ TEST(Conversions, FloatToHalfAndBf16RoundLikeIndependentReferences) {
   }
 }
 
-using KernelFn = void (*)(const ReduceArgs&);
-
-std::vector<std::pair<const char*, KernelFn>> kernelsOnThisCpu() {
-  std::vector<std::pair<const char*, KernelFn>> list = {{"generic", kernels::generic::reduce}};
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    list.push_back({"avx2", kernels::avx2::reduce});
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl"))
-    list.push_back({"avx512", kernels::avx512::reduce});
-  return list;
-}
-
 TEST(Kernels, EveryIsaEveryTypeEveryOpMatchesTheReference) {
-  for (auto [isa, fn] : kernelsOnThisCpu()) {
+  for (auto [isa, fn] : supportedKernels()) {
     for (auto t : testing::reducibleTypes())
       for (auto op : testing::allOps())
         for (int nsrcs : {1, 2, 3, 8})

@@ -1,5 +1,6 @@
-// All-reduce over shared windows. Small messages: one-shot (every rank reduces every input,
-// one synchronisation). Large messages: two-shot (two_shot.cpp), so a byte is copied in once
+// All-reduce over shared windows. Tiny messages (<= 896 B): the LL protocol, one cache line
+// per 56 bytes carrying data and flag together. Small messages: one-shot (every rank reduces
+// every input, one synchronisation). Large messages: two-shot (two_shot.cpp), so a byte is copied in once
 // and out once and the reduction work is split n ways. Sources are always reduced in rank
 // order: results are bitwise identical on every rank.
 #include "collectives/direct_rounds.hpp"
@@ -9,6 +10,14 @@ namespace trnccl {
 
 Status allReduceDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
   const size_t bytes = a.count * elementSize(a);
+  if (bytes <= shm::kLLMaxBytes && c.nranks <= shm::kLLMaxRanks) {
+    // Tiny messages: data and flag share cache lines (segment.hpp, LLLine).
+    b.publishDescriptor(describe(a));
+    auto ll = b.nextLLSlot();
+    b.llWrite(ll, a.sendbuff, bytes);
+    b.llReduce(ll, a.recvbuff, a.count, a.op == trncclAvg ? c.nranks : 0);
+    return Status::ok();
+  }
   if (bytes > c.oneShotMaxBytes || bytes > c.windowBytes) {
     twoShotDirect(b, a, c, /*copyOutRank=*/-1);
     return Status::ok();

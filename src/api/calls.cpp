@@ -32,14 +32,11 @@ trncclResult_t submit(const char* fn, trncclComm_t comm, const CollArgs& args,
     trnccl::api::groupAdd(comm, args);
     return trncclSuccess;
   }
+  if (!async) return report(comm, impl.run(args));
   auto op = impl.enqueue({args});
-  if (!op.isOk())
-    return report(comm, op.status().withContext(trnccl::strformat("rank %d %s: ", impl.rank(), fn)));
-  if (async) {
-    *request = new trncclRequest{comm->impl, op.value()};
-    return trncclSuccess;
-  }
-  return report(comm, impl.wait(op.value(), -1));
+  if (!op.isOk()) return report(comm, op.status());
+  *request = new trncclRequest{comm->impl, op.value()};
+  return trncclSuccess;
 }
 
 CollArgs reduction(CollKind kind, const void* s, void* r, size_t count, trncclDataType_t t,

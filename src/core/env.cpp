@@ -118,9 +118,9 @@ std::string describeAll() {
   std::string out;
   for (const Var* var : all()) {
     const char* current = std::getenv(var->name);
-    out += strformat("%-26s default=%-10s %s%s%s\n    %s\n", var->name, var->defaultValue,
-                     current ? "current=" : "", current ? current : "", current ? "" : "",
-                     var->doc);
+    std::string shown = current ? std::string(" current=") + current : "";
+    out += strformat("%-26s default=%-10s%s\n    %s\n", var->name, var->defaultValue,
+                     shown.c_str(), var->doc);
   }
   return out;
 }

@@ -1,34 +1,25 @@
 #include "core/reduce.hpp"
 
+#include "core/reduce_isa.hpp"
+
 namespace trnccl {
-namespace kernels {
-namespace generic { void reduce(const ReduceArgs& args); }
-namespace avx2 { void reduce(const ReduceArgs& args); }
-namespace avx512 { void reduce(const ReduceArgs& args); }
-}  // namespace kernels
+
+std::vector<KernelVariant> supportedKernels() {
+  __builtin_cpu_init();
+  std::vector<KernelVariant> variants = {{"generic", kernels::generic::reduce}};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    variants.push_back({"avx2", kernels::avx2::reduce});
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl"))
+    variants.push_back({"avx512", kernels::avx512::reduce});
+  return variants;
+}
 
 namespace {
 
-using KernelFn = void (*)(const ReduceArgs&);
-
-struct KernelChoice {
-  KernelFn fn;
-  const char* name;
-};
-
-KernelChoice choose() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl"))
-    return {kernels::avx512::reduce, "avx512"};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    return {kernels::avx2::reduce, "avx2"};
-  return {kernels::generic::reduce, "generic"};
-}
-
-const KernelChoice& chosen() {
-  static const KernelChoice choice = choose();
-  return choice;
+const KernelVariant& chosen() {
+  static const KernelVariant best = supportedKernels().back();
+  return best;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "engine/operation.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/clock.hpp"
@@ -93,12 +94,43 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       shm::RankArea* mine = ctx.segment->rankArea(ctx.localRank);
       const shm::OpDescriptor& d = schedule_->descriptor;
       mine->descriptors[d.seq % shm::kDescriptorSlots] = d;
-      mine->signatures[d.seq % shm::kSignatureSlots] = signatureOf(d);
+      mine->signatures[d.seq % shm::kSignatureSlots].store(callSignature(d), std::memory_order_release);
       return true;  // the next post publishes it
     }
     case StepKind::kCheckDescriptors:
       TRNCCL_RETURN_IF_ERROR(checkDescriptors(ctx));
       return true;
+    case StepKind::kLLWrite: {
+      shm::LLLine* lines = ctx.segment->rankArea(ctx.localRank)->ll[step.first];
+      size_t nlines = std::max<size_t>(1, (step.bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
+      for (size_t l = 0; l < nlines; ++l) {
+        size_t offset = l * shm::kLLPayloadBytes;
+        size_t len = offset < step.bytes ? std::min(shm::kLLPayloadBytes, step.bytes - offset) : 0;
+        if (len) std::memcpy(lines[l].payload, static_cast<const char*>(step.src) + offset, len);
+        lines[l].tag.store(step.value, std::memory_order_release);
+      }
+      return true;
+    }
+    case StepKind::kLLReduce: {
+      const size_t esize = dtypeSize(schedule_->dtype);
+      const size_t bytes = step.bytes * esize;
+      const size_t nlines = std::max<size_t>(1, (bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
+      auto ready = llReady(ctx, step, nlines);
+      if (!ready.isOk() || !ready.value()) return ready;
+      const int localSize = static_cast<int>(ctx.globalOfLocal.size());
+      const void* srcs[shm::kLLMaxRanks];
+      for (size_t l = 0; l * shm::kLLPayloadBytes < bytes; ++l) {
+        size_t offset = l * shm::kLLPayloadBytes;
+        for (int q = 0; q < localSize; ++q)
+          srcs[q] = ctx.segment->rankArea(q)->ll[step.first][l].payload;
+        size_t len = std::min(shm::kLLPayloadBytes, bytes - offset);
+        reduce({schedule_->dtype, schedule_->op, static_cast<char*>(step.dst) + offset, srcs,
+                localSize, len / esize, step.avgDivisor});
+      }
+      return true;
+    }
+    case StepKind::kLLWait:
+      return llReady(ctx, step, 1);
     case StepKind::kCallback: {
       int localSize = static_cast<int>(ctx.globalOfLocal.size());
       ScheduleBuilder builder(*schedule_, ctx.windows, localSize);
@@ -110,16 +142,19 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
   return makeError(Code::kInternalError, "unknown schedule step");
 }
 
-// A peer can be at most one direct operation ahead: to publish operation k+2 it must have
-// completed k+1, which needs this rank's first post of k+1, which comes after this rank's
-// check of k. So two signature slots (and four descriptor slots, for messages) suffice.
-uint64_t Operation::signatureOf(const shm::OpDescriptor& d) {
-  uint64_t h = d.seq * 0x9E3779B97F4A7C15ULL;
-  for (uint64_t v : {static_cast<uint64_t>(d.kind), static_cast<uint64_t>(d.dtype),
-                     static_cast<uint64_t>(d.op), static_cast<uint64_t>(d.root), d.count}) {
-    h ^= v + 0x632BE59BD9B4E019ULL + (h << 6) + (h >> 2);
+Result<bool> Operation::llReady(const ExecContext& ctx, const Step& step, size_t lines) {
+  const int localSize = static_cast<int>(ctx.globalOfLocal.size());
+  for (int q = 0; q < localSize; ++q) {
+    const shm::LLLine* peerLines = ctx.segment->rankArea(q)->ll[step.first];
+    for (size_t l = 0; l < lines; ++l) {
+      if (peerLines[l].tag.load(std::memory_order_acquire) != step.value) {
+        blockedOnPeer_ = ctx.globalOfLocal[q];
+        blockedOn_ = "waiting for a small-message line of";
+        return false;
+      }
+    }
   }
-  return h | 1;  // never 0, the value of a slot nobody wrote
+  return true;
 }
 
 static std::string describeCall(const shm::OpDescriptor& d) {
@@ -131,27 +166,45 @@ static std::string describeCall(const shm::OpDescriptor& d) {
   return text + ")";
 }
 
+static Status mismatchError(const ExecContext& ctx, const shm::OpDescriptor& mine,
+                            const shm::OpDescriptor& theirs, int peerLocal) {
+  return makeError(Code::kInvalidUsage,
+                   "mismatched calls as operation #%llu of this communicator: rank %d called %s "
+                   "but rank %d called %s; every rank must make the same collective calls in "
+                   "the same order with the same count, type, op and root",
+                   static_cast<unsigned long long>(mine.seq), ctx.rank, describeCall(mine).c_str(),
+                   ctx.globalOfLocal[peerLocal],
+                   theirs.seq == mine.seq ? describeCall(theirs).c_str()
+                                          : "a different sequence of operations");
+}
+
+Status Operation::probeMismatch(const ExecContext& ctx, int peerLocal) const {
+  if (!schedule_ || schedule_->descriptor.seq == 0 || peerLocal < 0) return Status::ok();
+  const shm::OpDescriptor& mine = schedule_->descriptor;
+  shm::RankArea* area = ctx.segment->rankArea(peerLocal);
+  // The peer may be publishing right now: only a descriptor whose own signature equals the
+  // signature read before it is a consistent snapshot worth judging.
+  uint64_t published = area->signatures[mine.seq % shm::kSignatureSlots].load(std::memory_order_acquire);
+  shm::OpDescriptor theirs = area->descriptors[mine.seq % shm::kDescriptorSlots];
+  if (theirs.seq != mine.seq || callSignature(theirs) != published) return Status::ok();
+  if (published == callSignature(mine)) return Status::ok();
+  return mismatchError(ctx, mine, theirs, peerLocal);
+}
+
 Status Operation::checkDescriptors(const ExecContext& ctx) {
   const shm::OpDescriptor& mine = schedule_->descriptor;
   int localSize = static_cast<int>(ctx.globalOfLocal.size());
-  const uint64_t signature = signatureOf(mine);
+  const uint64_t signature = callSignature(mine);
   for (int peer = 0; peer < localSize; ++peer) {
     if (peer == ctx.localRank) continue;
     shm::RankArea* area = ctx.segment->rankArea(peer);
-    if (area->signatures[mine.seq % shm::kSignatureSlots] == signature) continue;
+    if (area->signatures[mine.seq % shm::kSignatureSlots].load(std::memory_order_acquire) == signature)
+      continue;
     const shm::OpDescriptor& theirs =
         ctx.segment->rankArea(peer)->descriptors[mine.seq % shm::kDescriptorSlots];
     if (theirs.seq != mine.seq || theirs.kind != mine.kind || theirs.count != mine.count ||
         theirs.dtype != mine.dtype || theirs.op != mine.op || theirs.root != mine.root) {
-      return makeError(Code::kInvalidUsage,
-                       "mismatched calls as operation #%llu of this communicator: rank %d "
-                       "called %s but rank %d called %s; every rank must make the same "
-                       "collective calls in the same order with the same count, type, op "
-                       "and root",
-                       static_cast<unsigned long long>(mine.seq), ctx.rank,
-                       describeCall(mine).c_str(), ctx.globalOfLocal[peer],
-                       theirs.seq == mine.seq ? describeCall(theirs).c_str()
-                                              : "a different sequence of operations");
+      return mismatchError(ctx, mine, theirs, peer);
     }
   }
   return Status::ok();

@@ -51,13 +51,18 @@ class Operation {
     return startNs_;
   }
 
+  // Slow-path check while blocked on peer: has it published a different call for the same
+  // position in the sequence? (Catches mismatches the first wait cannot see, e.g. a small
+  // all-reduce on one rank against a large one on another.)
+  Status probeMismatch(const ExecContext& ctx, int peerLocal) const;
+
   // Completion as seen by request holders, which may live on other threads.
   std::atomic<bool> finished{false};
   Status result;
 
  private:
   virtual Status plan(ScheduleBuilder& builder) = 0;
-  static uint64_t signatureOf(const shm::OpDescriptor& d);
+  Result<bool> llReady(const ExecContext& ctx, const Step& step, size_t lines);
   Result<bool> runStep(const ExecContext& ctx, Step& step);
   Status checkDescriptors(const ExecContext& ctx);
 

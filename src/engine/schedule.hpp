@@ -27,6 +27,9 @@ enum class StepKind : uint8_t {
   kPublishDescriptor, // write this op's descriptor where peers can read it
   kCheckDescriptors,  // compare peers' descriptors with ours (after they posted)
   kCallback,          // runs callbacks[first], which may append steps (data-dependent plans)
+  kLLWrite,           // src/bytes into my LL lines of slot `first`, tagged `value`
+  kLLReduce,          // once every rank's lines carry `value`: reduce them into dst
+  kLLWait,            // once every rank's first line carries `value` (a barrier)
 };
 
 // kWaitPeers with first == kAllPeers waits for local ranks 0..n-1 (no peer list needed).
@@ -44,6 +47,17 @@ struct Step {
   int avgDivisor = 0;        // kReduce
   TransferOp transfer;       // kSend / kRecv
 };
+
+// Hash of what a call is (kind, type, op, root, count) and its sequence number; peers compare
+// signatures to catch mismatched calls with one cache-line read. Never 0.
+inline uint64_t callSignature(const shm::OpDescriptor& d) {
+  uint64_t h = d.seq * 0x9E3779B97F4A7C15ULL;
+  for (uint64_t v : {static_cast<uint64_t>(d.kind), static_cast<uint64_t>(d.dtype),
+                     static_cast<uint64_t>(d.op), static_cast<uint64_t>(d.root), d.count}) {
+    h ^= v + 0x632BE59BD9B4E019ULL + (h << 6) + (h >> 2);
+  }
+  return h | 1;
+}
 
 inline Step makeStep(StepKind kind) {
   Step step;
@@ -83,6 +97,7 @@ struct WindowState {
   uint64_t descriptorSeq = 0;
   int nextSlot = 0;
   uint64_t slotReleasedAt[shm::kWindowSlots] = {0, 0};
+  uint64_t llSeq = 0;  // small-message calls made so far; picks the LL slot and the tag
   // Per-communicator scratch for algorithms that need temporaries; operations run one at a
   // time, so the buffer is reused instead of allocated (and page-faulted) per call.
   std::vector<char> scratch;
@@ -173,6 +188,41 @@ class ScheduleBuilder {
     add(makeStep(StepKind::kPublishDescriptor));
   }
   void checkDescriptors() { add(makeStep(StepKind::kCheckDescriptors)); }
+
+  // Small-message protocol (segment.hpp, LLLine). Call after publishDescriptor: the tag mixes
+  // the call's signature in, so a peer making a different call never matches it.
+  struct LLSlot {
+    int slot;
+    uint64_t tag;
+  };
+  LLSlot nextLLSlot() {
+    uint64_t seq = ++windows_->llSeq;
+    return {static_cast<int>(seq % shm::kLLSlots),
+            (seq * 0x9E3779B97F4A7C15ULL) ^ callSignature(s_.descriptor)};
+  }
+  void llWrite(const LLSlot& ll, const void* src, size_t bytes) {
+    Step step = makeStep(StepKind::kLLWrite);
+    step.src = src;
+    step.bytes = bytes;
+    step.first = static_cast<uint32_t>(ll.slot);
+    step.value = ll.tag;
+    add(step);
+  }
+  void llReduce(const LLSlot& ll, void* dst, size_t count, int avgDivisor) {
+    Step step = makeStep(StepKind::kLLReduce);
+    step.dst = dst;
+    step.bytes = count;
+    step.first = static_cast<uint32_t>(ll.slot);
+    step.value = ll.tag;
+    step.avgDivisor = avgDivisor;
+    add(step);
+  }
+  void llWait(const LLSlot& ll) {
+    Step step = makeStep(StepKind::kLLWait);
+    step.first = static_cast<uint32_t>(ll.slot);
+    step.value = ll.tag;
+    add(step);
+  }
 
   void callback(std::function<Status(ScheduleBuilder&)> fn) {
     Step step = makeStep(StepKind::kCallback);

@@ -240,7 +240,7 @@ void reduceReference(Bytes& out, trncclDataType_t dtype, trncclRedOp_t op,
 
 size_t firstMismatch(const void* got, const void* want, size_t count, trncclDataType_t dtype) {
   size_t esize = typeSize(dtype);
-  if (std::memcmp(got, want, count * esize) == 0) return static_cast<size_t>(-1);
+  if (count == 0 || std::memcmp(got, want, count * esize) == 0) return static_cast<size_t>(-1);
   for (size_t i = 0; i < count; ++i)
     if (std::memcmp(static_cast<const char*>(got) + i * esize,
                     static_cast<const char*>(want) + i * esize, esize) != 0)

@@ -35,6 +35,11 @@ inline std::vector<size_t> sweepCounts() {
   return {0, 1, 7, 1023, (1u << 20) + 3};
 }
 
+// memcpy that accepts the null pointers of empty buffers (memcpy itself does not).
+inline void copyBytes(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
 constexpr size_t kGuardBytes = 64;
 constexpr char kGuardByte = static_cast<char>(0xA5);
 
@@ -45,9 +50,8 @@ struct Guarded {
   explicit Guarded(size_t bytes, char fill = 0) { reset(bytes, fill); }
   void reset(size_t newBytes, char fill = 0) {
     bytes = newBytes;
-    data.resize(bytes + kGuardBytes);
-    std::memset(data.data(), fill, bytes);
-    std::memset(data.data() + bytes, kGuardByte, kGuardBytes);
+    data.assign(bytes, fill);  // keeps the capacity: no fresh pages per call
+    data.insert(data.end(), kGuardBytes, kGuardByte);
   }
   char* ptr() { return data.data(); }
   bool guardIntact() const {

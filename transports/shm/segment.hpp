@@ -49,14 +49,30 @@ struct alignas(64) SegmentHeader {
 
 constexpr int kSignatureSlots = 2;  // see Operation::checkDescriptors for why two suffice
 
+// Small-message ("LL", low-latency) lines: 56 bytes of payload and an 8-byte tag in one cache
+// line. A writer stores the payload, then the tag (release); a reader that sees the expected
+// tag owns the payload, so a small all-reduce costs one line transfer per peer and no
+// separate flag. Two slots alternate between calls.
+constexpr int kLLSlots = 2;
+constexpr int kLLLines = 16;
+constexpr size_t kLLPayloadBytes = 56;
+constexpr size_t kLLMaxBytes = kLLLines * kLLPayloadBytes;
+constexpr int kLLMaxRanks = 64;  // the reduce step keeps its source list on the stack
+
+struct alignas(64) LLLine {
+  char payload[kLLPayloadBytes];
+  std::atomic<uint64_t> tag;
+};
+
 struct alignas(64) RankArea {
   // One cache line carries what peers poll on the hot path: the progress counter and the
   // signature (hash) of the current call, so a peer's check costs a single line transfer.
   alignas(64) std::atomic<uint64_t> counter;
-  uint64_t signatures[kSignatureSlots];
+  std::atomic<uint64_t> signatures[kSignatureSlots];
   std::atomic<uint32_t> departed;  // set by trncclCommDestroy: gone on purpose, not crashed
   // Full descriptors, read only to explain a mismatch.
   alignas(64) OpDescriptor descriptors[kDescriptorSlots];
+  LLLine ll[kLLSlots][kLLLines];
   // followed by uint64_t sendBytes[kDescriptorSlots][localSize], then the windows
 };
 
