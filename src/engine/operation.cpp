@@ -75,17 +75,19 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       }
       return true;
     case StepKind::kSend: {
-      auto done = ctx.transportOfPeer[step.transfer.peer]->progressSend(step.transfer);
+      TransferOp& transfer = schedule_->transfers[step.first];
+      auto done = ctx.transportOfPeer[transfer.peer]->progressSend(transfer);
       if (done.isOk() && !done.value()) {
-        blockedOnPeer_ = step.transfer.peer;
+        blockedOnPeer_ = transfer.peer;
         blockedOn_ = "sending to";
       }
       return done;
     }
     case StepKind::kRecv: {
-      auto done = ctx.transportOfPeer[step.transfer.peer]->progressRecv(step.transfer);
+      TransferOp& transfer = schedule_->transfers[step.first];
+      auto done = ctx.transportOfPeer[transfer.peer]->progressRecv(transfer);
       if (done.isOk() && !done.value()) {
-        blockedOnPeer_ = step.transfer.peer;
+        blockedOnPeer_ = transfer.peer;
         blockedOn_ = "receiving from";
       }
       return done;

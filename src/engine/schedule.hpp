@@ -45,8 +45,7 @@ struct Step {
   uint32_t n = 0;
   uint64_t value = 0;        // kPost / kWaitPeers absolute counter value
   int avgDivisor = 0;        // kReduce
-  TransferOp transfer;       // kSend / kRecv
-};
+};  // kSend / kRecv keep their TransferOp in Schedule::transfers[first]: steps stay small
 
 // Hash of what a call is (kind, type, op, root, count) and its sequence number; peers compare
 // signatures to catch mismatched calls with one cache-line read. Never 0.
@@ -73,6 +72,7 @@ struct Schedule {
     steps.clear();
     pointers.clear();
     peers.clear();
+    transfers.clear();
     callbacks.clear();
     stepDone.clear();
     groups = 0;
@@ -81,6 +81,7 @@ struct Schedule {
   std::vector<Step> steps;
   std::vector<const void*> pointers;
   std::vector<int> peers;  // local indices for kWaitPeers
+  std::vector<TransferOp> transfers;  // kSend / kRecv state
   std::vector<std::function<Status(ScheduleBuilder&)>> callbacks;
   std::vector<uint8_t> stepDone;  // executor state, one flag per step
   shm::OpDescriptor descriptor{};
@@ -166,20 +167,20 @@ class ScheduleBuilder {
   }
 
   void send(int peer, const void* src, size_t bytes) {
-    Step step = makeStep(StepKind::kSend);
-    step.transfer.peer = peer;
-    step.transfer.src = src;
-    step.transfer.bytes = bytes;
-    add(step);
+    TransferOp transfer;
+    transfer.peer = peer;
+    transfer.src = src;
+    transfer.bytes = bytes;
+    addTransfer(StepKind::kSend, transfer);
   }
 
   void recv(int peer, void* dst, size_t bytes, const RecvAction& action = {}) {
-    Step step = makeStep(StepKind::kRecv);
-    step.transfer.peer = peer;
-    step.transfer.dst = dst;
-    step.transfer.bytes = bytes;
-    step.transfer.action = action;
-    add(step);
+    TransferOp transfer;
+    transfer.peer = peer;
+    transfer.dst = dst;
+    transfer.bytes = bytes;
+    transfer.action = action;
+    addTransfer(StepKind::kRecv, transfer);
   }
 
   void publishDescriptor(const shm::OpDescriptor& descriptor) {
@@ -251,9 +252,16 @@ class ScheduleBuilder {
   int localSize() const { return localSize_; }
 
  private:
-  void add(Step step) {
-    step.group = s_.groups;
+  void addTransfer(StepKind kind, const TransferOp& transfer) {
+    Step step = makeStep(kind);
+    step.first = static_cast<uint32_t>(s_.transfers.size());
+    s_.transfers.push_back(transfer);
+    add(step);
+  }
+
+  void add(const Step& step) {
     s_.steps.push_back(step);
+    s_.steps.back().group = s_.groups;
     newGroup();  // plain steps are groups of one; concurrent() below merges
   }
 
