@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install, build, run every test; then rebuild the
 # library and the multi-rank tests with AddressSanitizer + UndefinedBehaviorSanitizer and run
-# them on a reduced sweep. Ends with one line: "N passed, N failed".
+# them on a reduced sweep, and the thread/abort/fault tests under ThreadSanitizer. Ends with
+# one line: "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh || exit 1
@@ -43,6 +44,23 @@ if bash scripts/build.sh build-asan -Dbuildtype=debugoptimized -Db_sanitize=addr
   rc=$?
   [ "$rc" -eq 0 ] || status=1
   count_results build-asan "$rc"
+else
+  failed=$((failed + 1))
+  status=1
+fi
+
+echo "== build (thread sanitizer: the progress engine under concurrent callers)"
+if { [ -f build-tsan/build.ninja ] || meson setup build-tsan -Dbuildtype=debugoptimized \
+       -Db_sanitize=thread -Db_lundef=false >/dev/null; } &&
+   ninja -C build-tsan tests/api_test tests/errors_test; then
+  echo "== threads, requests, abort and fault tests under ThreadSanitizer"
+  # die_after_fork=0: the test fixture forks rank processes while earlier jobs' rendezvous
+  # threads may still be winding down in the parent; the children never use those threads.
+  TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
+    meson test -C build-tsan --no-rebuild --print-errorlogs --num-processes 1 api errors
+  rc=$?
+  [ "$rc" -eq 0 ] || status=1
+  count_results build-tsan "$rc"
 else
   failed=$((failed + 1))
   status=1
