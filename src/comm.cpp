@@ -154,8 +154,17 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   std::string segmentName =
       strformat("trnccl-%016llx-%016llx", static_cast<unsigned long long>(idData.nonce),
                 static_cast<unsigned long long>(peers_[rank].hostHash));
+  for (int r : localRanks)
+    if (r != rank) watch_.watch(r, peers_[r].pid);
+  auto localPeersAlive = [&]() -> Status {
+    for (int r : localRanks)
+      if (r != rank && watch_.isDead(r))
+        return makeError(Code::kRemoteError, "%s exited during initialisation, before mapping "
+                         "the shared-memory segment", describePeer(r).c_str());
+    return Status::ok();
+  };
   TRNCCL_RETURN_IF_ERROR(segment_.attach(env::getString(env::kShmDir), segmentName, localRank,
-                                         params, deadline));
+                                         params, deadline, localPeersAlive));
 
   shm_ = std::make_unique<shm::ShmTransport>(segment_, rank, localOfRank_);
   self_ = std::make_unique<SelfTransport>(rank);
@@ -177,8 +186,6 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   view.oneShotMaxBytes = oneShot.value();
   planner_ = std::make_unique<Planner>(view, parsedAlgo.value());
 
-  for (int r : localRanks)
-    if (r != rank) watch_.watch(r, peers_[r].pid);
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (localRanks.size() > cores) spinCount_ = std::min(spinCount_, 50);
 

@@ -368,6 +368,39 @@ TEST(Faults, AbortFromAnotherThreadUnblocksTheWaiter) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+TEST(Faults, RankKilledDuringInitLeavesNoSegment) {
+  auto before = shmSegments();
+  char scratch[] = "/tmp/trnccl-elsewhere-XXXXXX";
+  ASSERT_NE(mkdtemp(scratch), nullptr);
+  std::string elsewhere = scratch;
+  auto outcomes = runRanks(2, [&](int rank, int n, const trncclUniqueId& id) {
+    setenv("TRNCCL_TIMEOUT", "60", 1);
+    if (rank == 1) {
+      // Looks for the segment where rank 0 will never create it, and dies while waiting.
+      setenv("TRNCCL_SHM_DIR", elsewhere.c_str(), 1);
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        kill(getpid(), SIGKILL);
+      }).detach();
+    }
+    Failures f;
+    auto start = Clock::now();
+    trncclComm_t comm = nullptr;
+    trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+    std::string text = trncclGetLastError(nullptr);
+    if (rc != trncclRemoteError) f.add("init returned %s: %s", trncclGetErrorString(rc), text.c_str());
+    if (!contains(text, "rank 1") || !contains(text, "exited during initialisation"))
+      f.add("'%s' does not say rank 1 died during init", text.c_str());
+    if (since(start) > 15) f.add("took %.1f s to notice", since(start));
+    return f.text();
+  });
+  rmdir(scratch);
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_TRUE(outcomes[0].exitCode == 0 && outcomes[0].failures.empty()) << outcomes[0].failures;
+  EXPECT_EQ(outcomes[1].signal, SIGKILL);
+  EXPECT_EQ(shmSegments(), before) << "the segment of a failed init was left behind";
+}
+
 TEST(Faults, NoSegmentLeftAfterManyJobs) {
   auto before = shmSegments();
   for (int job = 0; job < 5; ++job) {

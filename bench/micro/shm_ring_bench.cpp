@@ -43,8 +43,13 @@ void BM_ShmRingPingPong(benchmark::State& state) {
   std::string name = "trnccl-bench-" + std::to_string(getpid());
   Segment a, b;
   auto deadline = trnccl::Deadline::after(10);
-  if (!a.attach("/dev/shm", name, 0, params, deadline).isOk() ||
-      !b.attach("/dev/shm", name, 1, params, deadline).isOk()) {
+  auto alive = [] { return trnccl::Status::ok(); };
+  // Both "ranks" live in this process: the first waits in attach until the second maps it.
+  trnccl::Status first;
+  std::thread creator([&] { first = a.attach("/dev/shm", name, 0, params, deadline, alive); });
+  trnccl::Status second = b.attach("/dev/shm", name, 1, params, deadline, alive);
+  creator.join();
+  if (!first.isOk() || !second.isOk()) {
     state.SkipWithError("cannot create the shared-memory segment");
     return;
   }

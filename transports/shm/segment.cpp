@@ -37,7 +37,8 @@ Segment::~Segment() {
 }
 
 Status Segment::attach(const std::string& dir, const std::string& name, int localRank,
-                       const SegmentParams& wanted, const Deadline& deadline) {
+                       const SegmentParams& wanted, const Deadline& deadline,
+                       const std::function<Status()>& peersAlive) {
   path_ = dir + "/" + name;
   int fd = -1;
   if (localRank == 0) {
@@ -99,9 +100,15 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
         }
         ::close(fd);
       }
-      if (deadline.expired())
+      if (deadline.expired()) {
+        ::unlink(path_.c_str());
         return makeError(Code::kTimeout, "shared-memory segment %s was not created by local "
                          "rank 0 in time (TRNCCL_TIMEOUT)", path_.c_str());
+      }
+      if (Status alive = peersAlive(); !alive.isOk()) {
+        ::unlink(path_.c_str());
+        return alive;
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
@@ -109,6 +116,18 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
   if (count == header_->params.localSize) {
     ::unlink(path_.c_str());  // everyone has it mapped: the name is no longer needed
     TRNCCL_TRACE(log::kShm, "segment %s unlinked after %u ranks attached", path_.c_str(), count);
+  }
+  // Wait for the others, so that a rank dying before it maps the segment cannot strand it.
+  while (header_->attached.load(std::memory_order_acquire) < header_->params.localSize) {
+    Status problem = deadline.expired()
+                         ? makeError(Code::kTimeout, "not every local rank mapped the shared-"
+                                     "memory segment in time (TRNCCL_TIMEOUT)")
+                         : peersAlive();
+    if (!problem.isOk()) {
+      ::unlink(path_.c_str());
+      return problem;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   return Status::ok();
 }

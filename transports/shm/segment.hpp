@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/clock.hpp"
@@ -95,9 +96,12 @@ class Segment {
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
 
-  // Local rank 0 creates, the others open; returns once this rank has mapped it.
+  // Local rank 0 creates, the others open; returns once every local rank has mapped it (and
+  // the file is unlinked). peersAlive is polled while waiting; when it (or the deadline)
+  // fails, the file is unlinked before the error is returned, so nothing is left behind.
   Status attach(const std::string& dir, const std::string& name, int localRank,
-                const SegmentParams& wanted, const Deadline& deadline);
+                const SegmentParams& wanted, const Deadline& deadline,
+                const std::function<Status()>& peersAlive);
 
   const SegmentParams& params() const { return header_->params; }
   SegmentHeader* header() const { return header_; }
