@@ -31,7 +31,9 @@ void usage(FILE* out) {
 }
 
 volatile sig_atomic_t interrupted = 0;
-void onSignal(int) { interrupted = 1; }
+void onSignal(int) {
+  interrupted = 1;
+}
 
 }  // namespace
 
@@ -153,8 +155,8 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (failures) {
-    std::fprintf(stderr, "trnccl-run: %d of %d ranks failed (first: rank %d)\n", failures,
-                 nranks, firstBad);
+    std::fprintf(stderr, "trnccl-run: %d of %d ranks failed (first: rank %d)\n", failures, nranks,
+                 firstBad);
     return 1;
   }
   return interrupted ? 130 : 0;

@@ -28,9 +28,9 @@ struct CollArgs {
 struct CommView {
   int rank = 0;
   int nranks = 1;
-  bool allLocal = true;         // every rank shares this node's segment
+  bool allLocal = true;  // every rank shares this node's segment
   shm::Segment* segment = nullptr;
-  size_t windowBytes = 0;       // per window slot
+  size_t windowBytes = 0;  // per window slot
   size_t oneShotMaxBytes = 0;
   char* window(int rank, int slot) const { return segment->window(rank, slot); }
 };
@@ -62,7 +62,9 @@ Status sendRecvP2p(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 // Helpers shared by the algorithms.
 size_t elementSize(const CollArgs& a);
 // Splits count elements into n nearly equal parts; part i is [begin(i), begin(i+1)).
-inline size_t partBegin(size_t count, int n, int i) { return count * i / n; }
+inline size_t partBegin(size_t count, int n, int i) {
+  return count * i / n;
+}
 // Descriptor of a call, published before the first post so peers can check it.
 shm::OpDescriptor describe(const CollArgs& a);
 

@@ -8,7 +8,9 @@ const char* algorithmName(Algorithm algo) {
   return algo == Algorithm::kRing ? "ring" : "direct";
 }
 
-size_t elementSize(const CollArgs& a) { return dtypeSize(a.dtype); }
+size_t elementSize(const CollArgs& a) {
+  return dtypeSize(a.dtype);
+}
 
 shm::OpDescriptor describe(const CollArgs& a) {
   shm::OpDescriptor d{};

@@ -30,8 +30,8 @@ BuildFn builderFor(CollKind kind, Algorithm algo) {
     case CollKind::kReduceScatter: return ring ? reduceScatterRing : reduceScatterDirect;
     case CollKind::kBroadcast: return ring ? broadcastChain : broadcastDirect;
     case CollKind::kReduce: return ring ? reduceChain : reduceDirect;
-    case CollKind::kAllToAll: case CollKind::kAllToAllv:
-      return ring ? allToAllPairwise : allToAllDirect;
+    case CollKind::kAllToAll:
+    case CollKind::kAllToAllv: return ring ? allToAllPairwise : allToAllDirect;
     case CollKind::kBarrier: return ring ? barrierDissemination : barrierDirect;
     case CollKind::kSendRecv: return sendRecvP2p;
     default: return nullptr;
@@ -58,8 +58,10 @@ Result<AlgoOverrides> parseAlgoOverrides(const std::string& text) {
     std::string algoName = colon == std::string::npos ? item : item.substr(colon + 1);
     auto algo = algorithmFromName(algoName);
     if (!algo)
-      return makeError(Code::kInvalidArgument, "TRNCCL_ALGO='%s': unknown algorithm '%s' "
-                       "(known: ring, direct)", text.c_str(), algoName.c_str());
+      return makeError(Code::kInvalidArgument,
+                       "TRNCCL_ALGO='%s': unknown algorithm '%s' "
+                       "(known: ring, direct)",
+                       text.c_str(), algoName.c_str());
     if (exclude) {
       overrides.excluded[static_cast<int>(*algo)] = true;
       continue;
@@ -70,9 +72,11 @@ Result<AlgoOverrides> parseAlgoOverrides(const std::string& text) {
     }
     auto kind = kindFromName(kindName);
     if (!kind)
-      return makeError(Code::kInvalidArgument, "TRNCCL_ALGO='%s': unknown collective '%s' "
+      return makeError(Code::kInvalidArgument,
+                       "TRNCCL_ALGO='%s': unknown collective '%s' "
                        "(known: allreduce, allgather, reducescatter, broadcast, reduce, "
-                       "alltoall, alltoallv, barrier)", text.c_str(), kindName.c_str());
+                       "alltoall, alltoallv, barrier)",
+                       text.c_str(), kindName.c_str());
     overrides.forKind[static_cast<int>(*kind)] = algo;
   }
   if (overrides.excluded[0] && overrides.excluded[1])
@@ -86,9 +90,11 @@ Result<Algorithm> Planner::choose(CollKind kind, size_t /*bytes*/) const {
   const auto& forced = overrides_.forKind[static_cast<int>(kind)];
   if (forced) {
     if (*forced == Algorithm::kDirect && !view_.allLocal)
-      return makeError(Code::kInvalidUsage, "TRNCCL_ALGO asks for the direct algorithm for "
+      return makeError(Code::kInvalidUsage,
+                       "TRNCCL_ALGO asks for the direct algorithm for "
                        "%s, but it needs every rank on one node; this communicator spans "
-                       "several", collName(kind));
+                       "several",
+                       collName(kind));
     return *forced;
   }
   // Shared windows move each byte once in and once out; rings copy through fragments and
@@ -113,7 +119,8 @@ std::string Planner::planTable() const {
     table += strformat("%s%s=%s", table.empty() ? "" : " ", collName(kind),
                        algo.isOk() ? algorithmName(algo.value()) : "invalid");
     if (kind == CollKind::kAllReduce && algo.isOk() && algo.value() == Algorithm::kDirect)
-      table += strformat("(one-shot<=%zuB,two-shot above)", view_.oneShotMaxBytes);
+      table += strformat("(lines<=%zuB,one-shot<=%zuB,two-shot above)", shm::kLLMaxBytes,
+                         view_.oneShotMaxBytes);
   }
   return table;
 }

@@ -15,7 +15,8 @@ void twoShotDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c, int
   auto segBegin = [&](size_t len, int q) { return std::min(len, q * segLen(len)); };
   auto segEnd = [&](size_t len, int q) { return std::min(len, (q + 1) * segLen(len)); };
 
-  directRounds(b, a, ceilDiv(a.count, perRound), true,
+  directRounds(
+      b, a, ceilDiv(a.count, perRound), true,
       [&](int slot, size_t k) {
         b.copy(c.window(c.rank, slot), byteAt(a.sendbuff, k * perRound * esize),
                roundLen(k) * esize);
@@ -23,9 +24,9 @@ void twoShotDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c, int
       [&](int slot, size_t k) {
         size_t len = roundLen(k);
         size_t begin = segBegin(len, c.rank) * esize;
-        b.reduce(c.window(c.rank, slot) + begin, n,
-                 [&](int q) { return c.window(q, slot) + begin; },
-                 segEnd(len, c.rank) - segBegin(len, c.rank), avg);
+        b.reduce(
+            c.window(c.rank, slot) + begin, n, [&](int q) { return c.window(q, slot) + begin; },
+            segEnd(len, c.rank) - segBegin(len, c.rank), avg);
       },
       [&](int slot, size_t k) {
         if (copyOutRank >= 0 && c.rank != copyOutRank) return;

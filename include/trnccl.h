@@ -85,19 +85,19 @@ typedef struct trncclRequest* trncclRequest_t;
 
 #define TRNCCL_CONFIG_MAGIC 0x74726e63u /* "trnc" */
 typedef struct {
-  size_t size;             /* sizeof(trncclConfig_t), set by the initializer */
-  unsigned int magic;      /* TRNCCL_CONFIG_MAGIC */
-  unsigned int version;    /* TRNCCL_VERSION_CODE */
-  int blocking;            /* 1: init returns when the communicator is ready (only mode today) */
-  int timeoutMs;           /* per-communicator wait bound; TRNCCL_TIMEOUT_DEFAULT = env */
-  const char* algorithm;   /* like TRNCCL_ALGO; NULL = env / planner */
-  const char* commName;    /* shown in logs and errors; NULL = "comm" */
+  size_t size;           /* sizeof(trncclConfig_t), set by the initializer */
+  unsigned int magic;    /* TRNCCL_CONFIG_MAGIC */
+  unsigned int version;  /* TRNCCL_VERSION_CODE */
+  int blocking;          /* 1: init returns when the communicator is ready (only mode today) */
+  int timeoutMs;         /* per-communicator wait bound; TRNCCL_TIMEOUT_DEFAULT = env */
+  const char* algorithm; /* like TRNCCL_ALGO; NULL = env / planner */
+  const char* commName;  /* shown in logs and errors; NULL = "comm" */
 } trncclConfig_t;
 
-#define TRNCCL_CONFIG_INITIALIZER                                                     \
-  {                                                                                   \
-    sizeof(trncclConfig_t), TRNCCL_CONFIG_MAGIC, TRNCCL_VERSION_CODE, 1,              \
-        TRNCCL_TIMEOUT_DEFAULT, NULL, NULL                                            \
+#define TRNCCL_CONFIG_INITIALIZER                                                                \
+  {                                                                                              \
+    sizeof(trncclConfig_t), TRNCCL_CONFIG_MAGIC, TRNCCL_VERSION_CODE, 1, TRNCCL_TIMEOUT_DEFAULT, \
+        NULL, NULL                                                                               \
   }
 
 /* ---- version, errors ---- */
@@ -109,8 +109,7 @@ const char* trncclGetLastError(trncclComm_t comm);
 /* ---- communicators ---- */
 /* Creates a rendezvous point in this process; pass the id to every rank out of band. */
 trncclResult_t trncclGetUniqueId(trncclUniqueId* uniqueId);
-trncclResult_t trncclCommInitRank(trncclComm_t* comm, int nranks, trncclUniqueId commId,
-                                  int rank);
+trncclResult_t trncclCommInitRank(trncclComm_t* comm, int nranks, trncclUniqueId commId, int rank);
 trncclResult_t trncclCommInitRankConfig(trncclComm_t* comm, int nranks, trncclUniqueId commId,
                                         int rank, const trncclConfig_t* config);
 /* Collective over comm. color TRNCCL_SPLIT_NOCOLOR gives *newcomm = NULL. */
@@ -136,8 +135,8 @@ trncclResult_t trncclWait(trncclRequest_t* request, int64_t timeoutMs);
 trncclResult_t trncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                trncclDataType_t datatype, trncclRedOp_t op, trncclComm_t comm);
 trncclResult_t trncclAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count,
-                                    trncclDataType_t datatype, trncclRedOp_t op,
-                                    trncclComm_t comm, trncclRequest_t* request);
+                                    trncclDataType_t datatype, trncclRedOp_t op, trncclComm_t comm,
+                                    trncclRequest_t* request);
 
 /* sendcount elements per rank; recvbuff holds nranks * sendcount. */
 trncclResult_t trncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -148,8 +147,7 @@ trncclResult_t trncclAllGatherAsync(const void* sendbuff, void* recvbuff, size_t
 
 /* sendbuff holds nranks * recvcount; each rank receives its reduced block of recvcount. */
 trncclResult_t trncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                   trncclDataType_t datatype, trncclRedOp_t op,
-                                   trncclComm_t comm);
+                                   trncclDataType_t datatype, trncclRedOp_t op, trncclComm_t comm);
 trncclResult_t trncclReduceScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount,
                                         trncclDataType_t datatype, trncclRedOp_t op,
                                         trncclComm_t comm, trncclRequest_t* request);
@@ -187,14 +185,14 @@ trncclResult_t trncclAllToAllvAsync(const void* sendbuff, const size_t sendcount
                                     trncclDataType_t datatype, trncclComm_t comm,
                                     trncclRequest_t* request);
 
-trncclResult_t trncclSend(const void* sendbuff, size_t count, trncclDataType_t datatype,
-                          int peer, trncclComm_t comm);
+trncclResult_t trncclSend(const void* sendbuff, size_t count, trncclDataType_t datatype, int peer,
+                          trncclComm_t comm);
 trncclResult_t trncclSendAsync(const void* sendbuff, size_t count, trncclDataType_t datatype,
                                int peer, trncclComm_t comm, trncclRequest_t* request);
 trncclResult_t trncclRecv(void* recvbuff, size_t count, trncclDataType_t datatype, int peer,
                           trncclComm_t comm);
-trncclResult_t trncclRecvAsync(void* recvbuff, size_t count, trncclDataType_t datatype,
-                               int peer, trncclComm_t comm, trncclRequest_t* request);
+trncclResult_t trncclRecvAsync(void* recvbuff, size_t count, trncclDataType_t datatype, int peer,
+                               trncclComm_t comm, trncclRequest_t* request);
 
 trncclResult_t trncclBarrier(trncclComm_t comm);
 trncclResult_t trncclBarrierAsync(trncclComm_t comm, trncclRequest_t* request);

@@ -4,7 +4,7 @@ set -euo pipefail
 packages=(
   g++ meson ninja-build pkg-config
   libfabric-dev libopenmpi-dev openmpi-bin libhwloc-dev libboost-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev clang-format
 )
 missing=()
 for p in "${packages[@]}"; do

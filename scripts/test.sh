@@ -26,6 +26,15 @@ count_results() {
 }
 
 status=0
+echo "== formatting (clang-format, .clang-format)"
+if git ls-files '*.cpp' '*.hpp' '*.h' '*.c' '*.inc' | xargs clang-format --dry-run --Werror; then
+  passed=$((passed + 1))
+else
+  echo "format: run clang-format -i on the files above"
+  failed=$((failed + 1))
+  status=1
+fi
+
 echo "== build (release)"
 bash scripts/build.sh build || { echo "0 passed, 1 failed"; exit 1; }
 echo "== tests (release)"

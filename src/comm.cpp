@@ -38,8 +38,12 @@ std::string describeCall(const std::vector<CollArgs>& calls) {
 class CallOperation final : public Operation {
  public:
   CallOperation(std::vector<CollArgs> calls, const Planner* planner, Algorithm algo)
-      : Operation(calls.front().kind), owned_(std::move(calls)), calls_(owned_.data()),
-        ncalls_(owned_.size()), planner_(planner), algo_(algo) {}
+      : Operation(calls.front().kind),
+        owned_(std::move(calls)),
+        calls_(owned_.data()),
+        ncalls_(owned_.size()),
+        planner_(planner),
+        algo_(algo) {}
   CallOperation(const CollArgs& call, const Planner* planner, Algorithm algo)
       : Operation(call.kind), calls_(&call), ncalls_(1), planner_(planner), algo_(algo) {}
 
@@ -82,8 +86,7 @@ Result<size_t> bytesSetting(const env::Var& var, int64_t minimum, int64_t maximu
 }  // namespace
 
 Result<std::shared_ptr<Communicator>> Communicator::create(int nranks, const trncclUniqueId& id,
-                                                           int rank,
-                                                           const CommOptions& options) {
+                                                           int rank, const CommOptions& options) {
   std::shared_ptr<Communicator> comm(new Communicator());
   TRNCCL_RETURN_IF_ERROR(comm->init(nranks, id, rank, options));
   return comm;
@@ -138,7 +141,8 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   if (!transports.empty() && nranks > 1 && transports.find("shm") == std::string::npos)
     return makeError(Code::kInvalidUsage,
                      "TRNCCL_TRANSPORT='%s' leaves no transport for the other ranks on this "
-                     "node (available: self, shm)", transports.c_str());
+                     "node (available: self, shm)",
+                     transports.c_str());
 
   const auto& localRanks = layout_.ranksOfNode[layout_.nodeOfRank[rank]];
   localOfRank_.assign(nranks, -1);
@@ -159,8 +163,10 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   auto localPeersAlive = [&]() -> Status {
     for (int r : localRanks)
       if (r != rank && watch_.isDead(r))
-        return makeError(Code::kRemoteError, "%s exited during initialisation, before mapping "
-                         "the shared-memory segment", describePeer(r).c_str());
+        return makeError(Code::kRemoteError,
+                         "%s exited during initialisation, before mapping "
+                         "the shared-memory segment",
+                         describePeer(r).c_str());
     return Status::ok();
   };
   TRNCCL_RETURN_IF_ERROR(segment_.attach(env::getString(env::kShmDir), segmentName, localRank,
@@ -243,7 +249,8 @@ std::string Communicator::describePeer(int rank) const {
 
 Status Communicator::healthLocked(Operation& op) {
   if (abortRequested_.load(std::memory_order_acquire))
-    return makeError(Code::kAborted, "trncclCommAbort was called on this communicator while "
+    return makeError(Code::kAborted,
+                     "trncclCommAbort was called on this communicator while "
                      "the operation was in progress");
   if (segment_.aborted()) {
     int who = segment_.abortRank();
@@ -260,8 +267,8 @@ Status Communicator::healthLocked(Operation& op) {
     if (local >= 0 && segment_.rankArea(local)->departed.load(std::memory_order_acquire))
       return makeError(Code::kInvalidUsage,
                        "%s destroyed its communicator while this rank was still %s it: the "
-                       "ranks made different numbers of calls", describePeer(peer).c_str(),
-                       op.blockedOn());
+                       "ranks made different numbers of calls",
+                       describePeer(peer).c_str(), op.blockedOn());
     TRNCCL_RETURN_IF_ERROR(op.probeMismatch(ctx_, local));
     if (watch_.isDead(peer))
       return makeError(Code::kRemoteError,
@@ -289,10 +296,9 @@ void Communicator::failLocked(const Status& status) {
   bool first = true;
   for (auto& op : queue_) {
     op->result = first ? status
-                       : Status(status.code(), "rank " + std::to_string(rank_) + " " +
-                                                   op->description() +
-                                                   ": not run, an earlier operation failed: " +
-                                                   status.message());
+                       : Status(status.code(),
+                                "rank " + std::to_string(rank_) + " " + op->description() +
+                                    ": not run, an earlier operation failed: " + status.message());
     op->finished.store(true, std::memory_order_release);
     first = false;
   }
@@ -338,12 +344,15 @@ Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSe
   Deadline deadline = Deadline::after(timeoutSeconds < 0 ? 1e9 : timeoutSeconds);
   int polls = 0;
   while (!test(op)) {
-    if (++polls > spinCount_) sched_yield();
-    else cpuRelax();
+    if (++polls > spinCount_)
+      sched_yield();
+    else
+      cpuRelax();
     if ((polls & 63) == 0 && timeoutSeconds >= 0 && deadline.expired())
-      return makeError(Code::kInProgress, "rank %d %s on %s: still in progress after the "
-                       "wait's %.3f s timeout", rank_, op->description().c_str(),
-                       options_.name.c_str(), timeoutSeconds);
+      return makeError(Code::kInProgress,
+                       "rank %d %s on %s: still in progress after the "
+                       "wait's %.3f s timeout",
+                       rank_, op->description().c_str(), options_.name.c_str(), timeoutSeconds);
   }
   return op->result;
 }
@@ -364,9 +373,9 @@ void Communicator::markDeparted() {
 
 void Communicator::requestAbort() {
   abortRequested_.store(true, std::memory_order_release);
-  segment_.raiseAbort(Code::kAborted, rank_,
-                      strformat("rank %d called trncclCommAbort on %s", rank_,
-                                options_.name.c_str()));
+  segment_.raiseAbort(
+      Code::kAborted, rank_,
+      strformat("rank %d called trncclCommAbort on %s", rank_, options_.name.c_str()));
   std::lock_guard<std::mutex> lock(mutex_);
   failLocked(makeError(Code::kAborted, "rank %d %s: aborted by trncclCommAbort", rank_,
                        options_.name.c_str()));

@@ -28,8 +28,8 @@ TEST(Requests, AsyncCallsCompleteInOrderAndTestPolls) {
     for (int c = 0; c < kCalls; ++c) {
       send[c].assign(kCount, rank + c);
       recv[c].assign(kCount, -1);
-      if (trncclAllReduceAsync(send[c].data(), recv[c].data(), kCount, trncclInt32, trncclSum,
-                               comm, &requests[c]) != trncclSuccess)
+      if (trncclAllReduceAsync(send[c].data(), recv[c].data(), kCount, trncclInt32, trncclSum, comm,
+                               &requests[c]) != trncclSuccess)
         f.add("async call %d failed: %s", c, trncclGetLastError(comm));
     }
     // Poll the last one with trncclTest, wait for the rest.
@@ -90,7 +90,8 @@ TEST(Groups, LargeSendRecvRingsDoNotDeadlock) {
     // 8 MiB each way to both neighbours: far beyond the rings' buffering, so only concurrent
     // progress of the four calls completes it.
     const size_t count = 2 << 20;
-    std::vector<float> toNext(count, rank), toPrev(count, rank + 100), fromPrev(count), fromNext(count);
+    std::vector<float> toNext(count, rank), toPrev(count, rank + 100), fromPrev(count),
+        fromNext(count);
     int next = (rank + 1) % n, prev = (rank + n - 1) % n;
     trncclGroupStart();
     trncclSend(toNext.data(), count, trncclFloat32, next, comm);
@@ -110,7 +111,8 @@ TEST(Groups, LargeSendRecvRingsDoNotDeadlock) {
     if (trncclGroupEnd() != trncclSuccess || total != n) f.add("grouped all-reduce gave %d", total);
     trncclRequest_t request;
     trncclGroupStart();
-    if (trncclAllReduceAsync(&one, &total, 1, trncclInt32, trncclSum, comm, &request) != trncclInvalidUsage)
+    if (trncclAllReduceAsync(&one, &total, 1, trncclInt32, trncclSum, comm, &request) !=
+        trncclInvalidUsage)
       f.add("an async call inside a group was accepted");
     trncclGroupEnd();
     trncclCommDestroy(comm);
@@ -147,7 +149,8 @@ TEST(Split, ColorsKeysAndNoColor) {
     }
     // The parent still works after the split.
     int one = 1, total = 0;
-    if (trncclAllReduce(&one, &total, 1, trncclInt32, trncclSum, comm) != trncclSuccess || total != n)
+    if (trncclAllReduce(&one, &total, 1, trncclInt32, trncclSum, comm) != trncclSuccess ||
+        total != n)
       f.add("parent all-reduce after split gave %d", total);
     trncclCommDestroy(comm);
     return f.text();
@@ -170,7 +173,8 @@ TEST(Threads, SeveralCommunicatorsFromSeveralThreads) {
       std::vector<int64_t> send(4099), recv(4099);
       for (int it = 0; it < 200; ++it) {
         std::iota(send.begin(), send.end(), it + salt);
-        if (trncclAllReduce(send.data(), recv.data(), send.size(), trncclInt64, trncclSum, comm) != trncclSuccess ||
+        if (trncclAllReduce(send.data(), recv.data(), send.size(), trncclInt64, trncclSum, comm) !=
+                trncclSuccess ||
             recv[7] != n * (7 + it + salt))
           ++failures;
       }
@@ -267,9 +271,17 @@ TEST(Determinism, AllReduceBitwiseEqualOnEveryRankAndRun) {
         for (size_t i = 0; i < count; ++i) {  // random values, so every addition rounds
           float v;
           std::memcpy(&v, in.data() + 4 * i, 4);
-          if (t == trncclFloat32) std::memcpy(narrow.data() + 4 * i, &v, 4);
-          else if (t == trncclFloat16) { _Float16 h = static_cast<_Float16>(v); std::memcpy(narrow.data() + 2 * i, &h, 2); }
-          else { uint32_t b; std::memcpy(&b, &v, 4); uint16_t h = b >> 16; std::memcpy(narrow.data() + 2 * i, &h, 2); }
+          if (t == trncclFloat32)
+            std::memcpy(narrow.data() + 4 * i, &v, 4);
+          else if (t == trncclFloat16) {
+            _Float16 h = static_cast<_Float16>(v);
+            std::memcpy(narrow.data() + 2 * i, &h, 2);
+          } else {
+            uint32_t b;
+            std::memcpy(&b, &v, 4);
+            uint16_t h = b >> 16;
+            std::memcpy(narrow.data() + 2 * i, &h, 2);
+          }
         }
         size_t bytes = narrow.size();
         Bytes first(bytes), second(bytes), everyone(bytes * n);
@@ -307,10 +319,11 @@ TEST(LargeMessages, AllReduce64MiB) {
       }
       reduceReference(want, trncclFloat32, trncclSum, ptrs, 0, count);
       Bytes out(count * 4);
-      if (trncclAllReduce(inputs[rank].data(), out.data(), count, trncclFloat32, trncclSum,
-                          comm) != trncclSuccess)
+      if (trncclAllReduce(inputs[rank].data(), out.data(), count, trncclFloat32, trncclSum, comm) !=
+          trncclSuccess)
         f.add("%s: 64 MiB all-reduce failed: %s", algorithm.c_str(), trncclGetLastError(comm));
-      expectSame(f, algorithm + " 64 MiB all-reduce", out.data(), want.data(), count, trncclFloat32);
+      expectSame(f, algorithm + " 64 MiB all-reduce", out.data(), want.data(), count,
+                 trncclFloat32);
       trncclCommDestroy(comm);
       return f.text();
     });

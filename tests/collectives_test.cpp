@@ -40,8 +40,8 @@ class Collectives : public ::testing::TestWithParam<std::tuple<std::string, int>
 
 std::string label(const char* coll, trncclDataType_t t, trncclRedOp_t op, size_t count,
                   bool inPlace, int rank) {
-  return std::string(coll) + " " + typeName(t) + " " + opName(op) + " count=" +
-         std::to_string(count) + (inPlace ? " in-place" : " out-of-place") + " rank " +
+  return std::string(coll) + " " + typeName(t) + " " + opName(op) +
+         " count=" + std::to_string(count) + (inPlace ? " in-place" : " out-of-place") + " rank " +
          std::to_string(rank);
 }
 
@@ -51,8 +51,8 @@ bool ok(Failures& f, trncclResult_t rc, const std::string& what) {
   return false;
 }
 
-void inputsOf(std::vector<Bytes>& inputs, trncclDataType_t t, trncclRedOp_t op, int n,
-              size_t count, uint64_t salt) {
+void inputsOf(std::vector<Bytes>& inputs, trncclDataType_t t, trncclRedOp_t op, int n, size_t count,
+              uint64_t salt) {
   inputs.resize(n);
   for (int q = 0; q < n; ++q) makeInput(inputs[q], t, op, q, count, salt);
 }
@@ -105,7 +105,8 @@ TEST_P(Collectives, Reduce) {
             copyBytes(out.ptr(), inputs[rank].data(), bytes);
             const void* send = inPlace ? out.ptr() : inputs[rank].data();
             if (!ok(f, trncclReduce(send, out.ptr(), count, t, op, root, comm), what)) return;
-            if (rank == root) expectSame(f, what, out.ptr(), want.data(), count, t);
+            if (rank == root)
+              expectSame(f, what, out.ptr(), want.data(), count, t);
             else if (!inPlace)  // non-roots' receive buffers are not touched
               expectSame(f, what + " (non-root buffer)", out.ptr(), inputs[rank].data(), count, t);
             if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
@@ -125,7 +126,8 @@ TEST_P(Collectives, ReduceScatter) {
           size_t esize = typeSize(t), bytes = count * esize;
           uint64_t salt = saltOf(t, op, count) + 2;
           makeInput(mine, t, op, rank, count * n, salt);
-          for (int q = 0; q < n; ++q) makeInputRange(blocks[q], t, op, q, rank * count, count, salt);
+          for (int q = 0; q < n; ++q)
+            makeInputRange(blocks[q], t, op, q, rank * count, count, salt);
           reduceReference(want, t, op, pointers(blocks), 0, count);
           for (bool inPlace : {false, true}) {
             std::string what = label("ReduceScatter", t, op, count, inPlace, rank);
@@ -138,8 +140,7 @@ TEST_P(Collectives, ReduceScatter) {
               if (!buf.guardIntact()) f.add("%s wrote past the end", what.c_str());
             } else {
               out.reset(bytes);
-              if (!ok(f, trncclReduceScatter(mine.data(), out.ptr(), count, t, op, comm),
-                      what))
+              if (!ok(f, trncclReduceScatter(mine.data(), out.ptr(), count, t, op, comm), what))
                 return;
               expectSame(f, what, out.ptr(), want.data(), count, t);
               if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
@@ -257,13 +258,14 @@ TEST_P(Collectives, AllToAllv) {
         Guarded out(recvExtent * esize, 0x11);
         Bytes want(out.data.begin(), out.data.begin() + recvExtent * esize);
         for (int q = 0; q < n; ++q)
-          copyBytes(want.data() + rd[q] * esize,
-                      inputs[q].data() + peerDispls[q][rank] * esize, rc[q] * esize);
-        std::string what = std::string("AllToAllv ") + typeName(t) + " scale=" +
-                           std::to_string(scale) + " rank " + std::to_string(rank);
+          copyBytes(want.data() + rd[q] * esize, inputs[q].data() + peerDispls[q][rank] * esize,
+                    rc[q] * esize);
+        std::string what = std::string("AllToAllv ") + typeName(t) +
+                           " scale=" + std::to_string(scale) + " rank " + std::to_string(rank);
         (void)sendExtent;
-        if (!ok(f, trncclAllToAllv(inputs[rank].data(), sc.data(), sd.data(), out.ptr(),
-                                   rc.data(), rd.data(), t, comm),
+        if (!ok(f,
+                trncclAllToAllv(inputs[rank].data(), sc.data(), sd.data(), out.ptr(), rc.data(),
+                                rd.data(), t, comm),
                 what))
           return;
         expectSame(f, what, out.ptr(), want.data(), recvExtent, t);

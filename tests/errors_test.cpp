@@ -37,7 +37,8 @@ void expectError(Failures& f, const char* what, trncclResult_t got, trncclResult
     f.add("%s: got %s, expected %s (%s)", what, trncclGetErrorString(got),
           trncclGetErrorString(want), text.c_str());
   for (const auto& part : parts)
-    if (!contains(text, part)) f.add("%s: error text '%s' lacks '%s'", what, text.c_str(), part.c_str());
+    if (!contains(text, part))
+      f.add("%s: error text '%s' lacks '%s'", what, text.c_str(), part.c_str());
 }
 
 std::set<std::string> shmSegments() {
@@ -58,18 +59,24 @@ TEST(BadArguments, EveryCallValidatesAndTheCommStaysUsable) {
     Failures f;
     float buf[16] = {};
     std::string r = "rank " + std::to_string(rank);
-    expectError(f, "null sendbuff", trncclAllReduce(nullptr, buf, 4, trncclFloat32, trncclSum, comm),
+    expectError(f, "null sendbuff",
+                trncclAllReduce(nullptr, buf, 4, trncclFloat32, trncclSum, comm),
                 trncclInvalidArgument, comm, {r + " trncclAllReduce", "sendbuff is NULL"});
     expectError(f, "null recvbuff", trncclAllGather(buf, nullptr, 4, trncclFloat32, comm),
                 trncclInvalidArgument, comm, {r + " trncclAllGather", "recvbuff is NULL"});
-    expectError(f, "negative count", trncclAllReduce(buf, buf, static_cast<size_t>(-1), trncclFloat32, trncclSum, comm),
+    expectError(f, "negative count",
+                trncclAllReduce(buf, buf, static_cast<size_t>(-1), trncclFloat32, trncclSum, comm),
                 trncclInvalidArgument, comm, {"overflows", "negative count"});
-    expectError(f, "overflowing gather", trncclAllGather(buf, buf, (SIZE_MAX / 8), trncclFloat64, comm),
+    expectError(f, "overflowing gather",
+                trncclAllGather(buf, buf, (SIZE_MAX / 8), trncclFloat64, comm),
                 trncclInvalidArgument, comm, {"overflows"});
-    expectError(f, "unknown dtype", trncclAllReduce(buf, buf, 4, static_cast<trncclDataType_t>(99), trncclSum, comm),
+    expectError(f, "unknown dtype",
+                trncclAllReduce(buf, buf, 4, static_cast<trncclDataType_t>(99), trncclSum, comm),
                 trncclInvalidArgument, comm, {"datatype 99"});
-    expectError(f, "unknown op", trncclReduceScatter(buf, buf, 4, trncclFloat32, static_cast<trncclRedOp_t>(42), comm),
-                trncclInvalidArgument, comm, {"op 42", "trncclReduceScatter"});
+    expectError(
+        f, "unknown op",
+        trncclReduceScatter(buf, buf, 4, trncclFloat32, static_cast<trncclRedOp_t>(42), comm),
+        trncclInvalidArgument, comm, {"op 42", "trncclReduceScatter"});
     expectError(f, "fp8 reduction", trncclAllReduce(buf, buf, 4, trncclFloat8e4m3, trncclSum, comm),
                 trncclInvalidArgument, comm, {"payload-only"});
     expectError(f, "root out of range", trncclBroadcast(buf, buf, 4, trncclFloat32, 5, comm),
@@ -80,19 +87,25 @@ TEST(BadArguments, EveryCallValidatesAndTheCommStaysUsable) {
                 trncclInvalidArgument, comm, {"peer 2 is out of range", "trncclSend"});
     expectError(f, "null comm", trncclAllReduce(buf, buf, 4, trncclFloat32, trncclSum, nullptr),
                 trncclInvalidArgument, nullptr, {"comm is NULL"});
-    expectError(f, "null request", trncclAllReduceAsync(buf, buf, 4, trncclFloat32, trncclSum, comm, nullptr),
+    expectError(f, "null request",
+                trncclAllReduceAsync(buf, buf, 4, trncclFloat32, trncclSum, comm, nullptr),
                 trncclInvalidArgument, comm, {"request is NULL"});
-    expectError(f, "null counts", trncclAllToAllv(buf, nullptr, nullptr, buf, nullptr, nullptr, trncclFloat32, comm),
+    expectError(f, "null counts",
+                trncclAllToAllv(buf, nullptr, nullptr, buf, nullptr, nullptr, trncclFloat32, comm),
                 trncclInvalidArgument, comm, {"sendcounts"});
     size_t counts[2] = {1, 1}, displs[2] = {0, 1};
-    expectError(f, "in-place alltoallv", trncclAllToAllv(buf, counts, displs, buf, counts, displs, trncclFloat32, comm),
+    expectError(f, "in-place alltoallv",
+                trncclAllToAllv(buf, counts, displs, buf, counts, displs, trncclFloat32, comm),
                 trncclInvalidArgument, comm, {"in-place"});
     trncclRequest_t request = nullptr;
-    expectError(f, "wait on null", trncclWait(&request, 0), trncclInvalidArgument, nullptr, {"trncclWait"});
-    expectError(f, "group end without start", trncclGroupEnd(), trncclInvalidUsage, nullptr, {"trncclGroupStart"});
+    expectError(f, "wait on null", trncclWait(&request, 0), trncclInvalidArgument, nullptr,
+                {"trncclWait"});
+    expectError(f, "group end without start", trncclGroupEnd(), trncclInvalidUsage, nullptr,
+                {"trncclGroupStart"});
     // None of that touched the communicator: a real call still works.
     float one[4] = {1, 1, 1, 1}, sum[4] = {};
-    if (trncclAllReduce(one, sum, 4, trncclFloat32, trncclSum, comm) != trncclSuccess || sum[3] != 2.0f)
+    if (trncclAllReduce(one, sum, 4, trncclFloat32, trncclSum, comm) != trncclSuccess ||
+        sum[3] != 2.0f)
       f.add("a valid all-reduce after bad calls failed: %s", trncclGetLastError(comm));
     trncclCommDestroy(comm);
     return f.text();
@@ -159,7 +172,8 @@ void collectiveMismatch(const char* algo, size_t count0, size_t count1,
       f.add("rank %d: got %s, expected invalid usage or remote error: %s", rank,
             trncclGetErrorString(rc), text.c_str());
     for (const auto& part : expected)
-      if (!contains(text, part)) f.add("rank %d: '%s' lacks '%s'", rank, text.c_str(), part.c_str());
+      if (!contains(text, part))
+        f.add("rank %d: '%s' lacks '%s'", rank, text.c_str(), part.c_str());
     if (since(start) > 20) f.add("rank %d took %.1f s to notice the mismatch", rank, since(start));
     // The communicator is now unusable, and says so at once.
     rc = trncclAllReduce(data.data(), data.data(), 1, trncclFloat32, trncclSum, comm);
@@ -173,7 +187,8 @@ void collectiveMismatch(const char* algo, size_t count0, size_t count1,
 TEST(Mismatch, CollectiveCountsDifferDirect) {
   // Both small (the small-message lines) and both large (shared windows).
   collectiveMismatch("direct", 10, 20, {"count=10", "count=20", "mismatched calls"});
-  collectiveMismatch("direct", 100000, 200000, {"count=100000", "count=200000", "mismatched calls"});
+  collectiveMismatch("direct", 100000, 200000,
+                     {"count=100000", "count=200000", "mismatched calls"});
 }
 
 TEST(Mismatch, SmallCallAgainstLargeCallDirect) {
@@ -192,7 +207,8 @@ TEST(Rendezvous, WrongNranksIsReported) {
     trncclResult_t rc = trncclCommInitRank(&comm, rank == 0 ? 2 : 3, id, rank);
     std::string text = trncclGetLastError(nullptr);
     if (rc == trncclSuccess) f.add("rank %d: init with mismatched nranks succeeded", rank);
-    if (!contains(text, "nranks")) f.add("rank %d: '%s' does not mention nranks", rank, text.c_str());
+    if (!contains(text, "nranks"))
+      f.add("rank %d: '%s' does not mention nranks", rank, text.c_str());
     return f.text();
   });
   EXPECT_ALL_RANKS_OK(outcomes);
@@ -205,25 +221,31 @@ TEST(Rendezvous, DuplicateRankIsReported) {
     trncclResult_t rc = trncclCommInitRank(&comm, n, id, 0);
     std::string text = trncclGetLastError(nullptr);
     if (rc != trncclInvalidUsage) f.add("got %s: %s", trncclGetErrorString(rc), text.c_str());
-    if (!contains(text, "rank 0 joined twice")) f.add("'%s' lacks 'rank 0 joined twice'", text.c_str());
+    if (!contains(text, "rank 0 joined twice"))
+      f.add("'%s' lacks 'rank 0 joined twice'", text.c_str());
     return f.text();
   });
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
 TEST(Rendezvous, MissingRankTimesOutListingIt) {
-  auto outcomes = runRanks(3, [](int rank, int n, const trncclUniqueId& id) {
-    setenv("TRNCCL_TIMEOUT", "2", 1);
-    Failures f;
-    auto start = Clock::now();
-    trncclComm_t comm = nullptr;
-    trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
-    std::string text = trncclGetLastError(nullptr);
-    if (rc != trncclTimeout) f.add("rank %d got %s: %s", rank, trncclGetErrorString(rc), text.c_str());
-    if (!contains(text, "missing ranks [2]")) f.add("'%s' lacks 'missing ranks [2]'", text.c_str());
-    if (since(start) > 10) f.add("took %.1f s with TRNCCL_TIMEOUT=2", since(start));
-    return f.text();
-  }, 60, /*ranksToStart=*/2);
+  auto outcomes = runRanks(
+      3,
+      [](int rank, int n, const trncclUniqueId& id) {
+        setenv("TRNCCL_TIMEOUT", "2", 1);
+        Failures f;
+        auto start = Clock::now();
+        trncclComm_t comm = nullptr;
+        trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+        std::string text = trncclGetLastError(nullptr);
+        if (rc != trncclTimeout)
+          f.add("rank %d got %s: %s", rank, trncclGetErrorString(rc), text.c_str());
+        if (!contains(text, "missing ranks [2]"))
+          f.add("'%s' lacks 'missing ranks [2]'", text.c_str());
+        if (since(start) > 10) f.add("took %.1f s with TRNCCL_TIMEOUT=2", since(start));
+        return f.text();
+      },
+      60, /*ranksToStart=*/2);
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
@@ -281,7 +303,8 @@ void peerDies(const char* algo, int nranks) {
         trncclAllReduce(data.data(), data.data(), data.size(), trncclFloat32, trncclSum, comm);
     std::string text = trncclGetLastError(comm);
     if (rc != trncclRemoteError)
-      f.add("rank %d got %s, expected remote error: %s", rank, trncclGetErrorString(rc), text.c_str());
+      f.add("rank %d got %s, expected remote error: %s", rank, trncclGetErrorString(rc),
+            text.c_str());
     if (!contains(text, "rank " + std::to_string(n - 1)))
       f.add("rank %d: '%s' does not name rank %d", rank, text.c_str(), n - 1);
     if (since(start) > 15)
@@ -300,9 +323,15 @@ void peerDies(const char* algo, int nranks) {
   EXPECT_EQ(shmSegments(), before) << "a shared-memory segment was left behind";
 }
 
-TEST(Faults, PeerDiesMidCollectiveDirect) { peerDies("direct", 2); }
-TEST(Faults, PeerDiesMidCollectiveRing) { peerDies("ring", 3); }
-TEST(Faults, PeerDiesMidCollectiveFourRanks) { peerDies("direct", 4); }
+TEST(Faults, PeerDiesMidCollectiveDirect) {
+  peerDies("direct", 2);
+}
+TEST(Faults, PeerDiesMidCollectiveRing) {
+  peerDies("ring", 3);
+}
+TEST(Faults, PeerDiesMidCollectiveFourRanks) {
+  peerDies("direct", 4);
+}
 
 TEST(Faults, StuckPeerTimesOutNamingIt) {
   auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
@@ -315,8 +344,9 @@ TEST(Faults, StuckPeerTimesOutNamingIt) {
       int x = 1;
       auto start = Clock::now();
       expectError(f, "stuck all-reduce", trncclAllReduce(&x, &x, 1, trncclInt32, trncclSum, comm),
-                  trncclTimeout, comm, {"rank 0", "AllReduce(count=1, int32, sum)",
-                                        "not complete after 1.0 s", "rank 1", "TRNCCL_TIMEOUT"});
+                  trncclTimeout, comm,
+                  {"rank 0", "AllReduce(count=1, int32, sum)", "not complete after 1.0 s", "rank 1",
+                   "TRNCCL_TIMEOUT"});
       if (since(start) > 5) f.add("timeout of 1 s took %.1f s", since(start));
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // never calls
@@ -344,10 +374,12 @@ TEST(Faults, AbortFromAnotherThreadUnblocksTheWaiter) {
         waited = since(start);
       });
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      if (trncclCommAbort(comm) != trncclSuccess) f.add("abort failed: %s", trncclGetLastError(nullptr));
+      if (trncclCommAbort(comm) != trncclSuccess)
+        f.add("abort failed: %s", trncclGetLastError(nullptr));
       waiter.join();
       if (waiterResult != trncclAborted)
-        f.add("the waiting all-reduce returned %s, expected aborted", trncclGetErrorString(waiterResult));
+        f.add("the waiting all-reduce returned %s, expected aborted",
+              trncclGetErrorString(waiterResult));
       if (waited > 5) f.add("the waiter took %.1f s to return", waited);
     } else {
       // The peer learns of the abort through its async error instead of hanging later.
@@ -388,7 +420,8 @@ TEST(Faults, RankKilledDuringInitLeavesNoSegment) {
     trncclComm_t comm = nullptr;
     trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
     std::string text = trncclGetLastError(nullptr);
-    if (rc != trncclRemoteError) f.add("init returned %s: %s", trncclGetErrorString(rc), text.c_str());
+    if (rc != trncclRemoteError)
+      f.add("init returned %s: %s", trncclGetErrorString(rc), text.c_str());
     if (!contains(text, "rank 1") || !contains(text, "exited during initialisation"))
       f.add("'%s' does not say rank 1 died during init", text.c_str());
     if (since(start) > 15) f.add("took %.1f s to notice", since(start));

@@ -82,7 +82,10 @@ TEST(Conversions, FloatToHalfAndBf16RoundLikeIndependentReferences) {
     // Past the largest bf16 the upper neighbour is infinity, which rounds like 2^128.
     double hiValue = std::isinf(hi) ? std::copysign(std::ldexp(1.0, 128), f) : hi;
     double dl = std::fabs(double(f) - lo), dh = std::fabs(hiValue - f);
-    uint16_t want = static_cast<uint16_t>((dl < dh ? down : dh < dl ? up : ((down >> 16) & 1 ? up : down)) >> 16);
+    uint16_t want = static_cast<uint16_t>((dl < dh   ? down
+                                           : dh < dl ? up
+                                                     : ((down >> 16) & 1 ? up : down)) >>
+                                          16);
     ASSERT_EQ(floatToBf16(f), want) << f;
   }
 }
@@ -105,8 +108,8 @@ TEST(Kernels, EveryIsaEveryTypeEveryOpMatchesTheReference) {
             testing::reduceReference(want, t, op, ptrs, 0, count);
             fn({t, op, got.data(), srcs.data(), nsrcs, count, op == trncclAvg ? nsrcs : 0});
             ASSERT_EQ(testing::firstMismatch(got.data(), want.data(), count, t), size_t(-1))
-                << isa << " " << testing::typeName(t) << " " << testing::opName(op) << " n=" << nsrcs
-                << " count=" << count;
+                << isa << " " << testing::typeName(t) << " " << testing::opName(op)
+                << " n=" << nsrcs << " count=" << count;
             ASSERT_EQ(got.back(), 0x33) << "wrote past the end";
           }
   }

@@ -25,7 +25,7 @@ struct RecvAction {
 
 struct TransferOp {
   int peer = -1;
-  size_t bytes = 0;          // the whole message
+  size_t bytes = 0;           // the whole message
   const void* src = nullptr;  // send side
   void* dst = nullptr;        // receive side
   RecvAction action;          // receive side

@@ -35,13 +35,27 @@ void reduceBench(benchmark::State& state, trncclDataType_t dtype, trncclRedOp_t 
   state.SetLabel(trnccl::reduceKernelIsa());
 }
 
-void BM_ReduceFloatSum(benchmark::State& s) { reduceBench(s, trncclFloat32, trncclSum); }
-void BM_ReduceBf16Sum(benchmark::State& s) { reduceBench(s, trncclBfloat16, trncclSum); }
-void BM_ReduceFp16Sum(benchmark::State& s) { reduceBench(s, trncclFloat16, trncclSum); }
-void BM_ReduceDoubleSum(benchmark::State& s) { reduceBench(s, trncclFloat64, trncclSum); }
-void BM_ReduceInt32Sum(benchmark::State& s) { reduceBench(s, trncclInt32, trncclSum); }
-void BM_ReduceFloatMax(benchmark::State& s) { reduceBench(s, trncclFloat32, trncclMax); }
-void BM_ReduceInt8Prod(benchmark::State& s) { reduceBench(s, trncclInt8, trncclProd); }
+void BM_ReduceFloatSum(benchmark::State& s) {
+  reduceBench(s, trncclFloat32, trncclSum);
+}
+void BM_ReduceBf16Sum(benchmark::State& s) {
+  reduceBench(s, trncclBfloat16, trncclSum);
+}
+void BM_ReduceFp16Sum(benchmark::State& s) {
+  reduceBench(s, trncclFloat16, trncclSum);
+}
+void BM_ReduceDoubleSum(benchmark::State& s) {
+  reduceBench(s, trncclFloat64, trncclSum);
+}
+void BM_ReduceInt32Sum(benchmark::State& s) {
+  reduceBench(s, trncclInt32, trncclSum);
+}
+void BM_ReduceFloatMax(benchmark::State& s) {
+  reduceBench(s, trncclFloat32, trncclMax);
+}
+void BM_ReduceInt8Prod(benchmark::State& s) {
+  reduceBench(s, trncclInt8, trncclProd);
+}
 
 }  // namespace
 

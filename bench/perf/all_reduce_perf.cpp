@@ -10,13 +10,17 @@ void shape(size_t bytes, size_t esize, int, size_t* count, size_t* sendElems, si
   *count = *sendElems = *recvElems = bytes / esize;
 }
 
-double busFactor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
+double busFactor(int n) {
+  return n > 1 ? 2.0 * (n - 1) / n : 0.0;
+}
 
 trncclResult_t run(const PerfCall& c, const void* send, void* recv) {
   return trncclAllReduce(send, recv, c.count, c.dtype, c.op, c.comm);
 }
 
-size_t inPlaceOffset(const PerfCall&, size_t) { return 0; }
+size_t inPlaceOffset(const PerfCall&, size_t) {
+  return 0;
+}
 
 void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& want) {
   size_t esize = send.size() / (c.count ? c.count : 1);

@@ -7,8 +7,8 @@
 namespace trnccl::bench {
 
 static bool isUnsigned(trncclDataType_t t) {
-  return t == trncclUint8 || t == trncclUint32 || t == trncclUint64 ||
-         t == trncclFloat8e4m3 || t == trncclFloat8e5m2;
+  return t == trncclUint8 || t == trncclUint32 || t == trncclUint64 || t == trncclFloat8e4m3 ||
+         t == trncclFloat8e5m2;
 }
 
 double checkValue(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t i) {
@@ -24,18 +24,53 @@ double checkValue(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t i) 
 
 void storeValue(trncclDataType_t dtype, void* at, double v) {
   switch (dtype) {
-    case trncclInt8: { int8_t x = static_cast<int8_t>(v); std::memcpy(at, &x, 1); break; }
-    case trncclUint8: case trncclFloat8e4m3: case trncclFloat8e5m2: {
-      uint8_t x = static_cast<uint8_t>(static_cast<int64_t>(v)); std::memcpy(at, &x, 1); break; }
-    case trncclInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(at, &x, 4); break; }
+    case trncclInt8: {
+      int8_t x = static_cast<int8_t>(v);
+      std::memcpy(at, &x, 1);
+      break;
+    }
+    case trncclUint8:
+    case trncclFloat8e4m3:
+    case trncclFloat8e5m2: {
+      uint8_t x = static_cast<uint8_t>(static_cast<int64_t>(v));
+      std::memcpy(at, &x, 1);
+      break;
+    }
+    case trncclInt32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(at, &x, 4);
+      break;
+    }
     case trncclUint32: {
-      uint32_t x = static_cast<uint32_t>(static_cast<int64_t>(v)); std::memcpy(at, &x, 4); break; }
-    case trncclInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(at, &x, 8); break; }
+      uint32_t x = static_cast<uint32_t>(static_cast<int64_t>(v));
+      std::memcpy(at, &x, 4);
+      break;
+    }
+    case trncclInt64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(at, &x, 8);
+      break;
+    }
     case trncclUint64: {
-      uint64_t x = static_cast<uint64_t>(static_cast<int64_t>(v)); std::memcpy(at, &x, 8); break; }
-    case trncclFloat16: { uint16_t x = floatToFp16(static_cast<float>(v)); std::memcpy(at, &x, 2); break; }
-    case trncclBfloat16: { uint16_t x = floatToBf16(static_cast<float>(v)); std::memcpy(at, &x, 2); break; }
-    case trncclFloat32: { float x = static_cast<float>(v); std::memcpy(at, &x, 4); break; }
+      uint64_t x = static_cast<uint64_t>(static_cast<int64_t>(v));
+      std::memcpy(at, &x, 8);
+      break;
+    }
+    case trncclFloat16: {
+      uint16_t x = floatToFp16(static_cast<float>(v));
+      std::memcpy(at, &x, 2);
+      break;
+    }
+    case trncclBfloat16: {
+      uint16_t x = floatToBf16(static_cast<float>(v));
+      std::memcpy(at, &x, 2);
+      break;
+    }
+    case trncclFloat32: {
+      float x = static_cast<float>(v);
+      std::memcpy(at, &x, 4);
+      break;
+    }
     default: std::memcpy(at, &v, 8); break;
   }
 }
@@ -63,7 +98,8 @@ double reducedValue(trncclDataType_t dtype, trncclRedOp_t op, int nranks, size_t
 
 void fillRank(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t count, char* out) {
   size_t esize = dtypeSize(dtype);
-  for (size_t i = 0; i < count; ++i) storeValue(dtype, out + i * esize, checkValue(dtype, op, rank, i));
+  for (size_t i = 0; i < count; ++i)
+    storeValue(dtype, out + i * esize, checkValue(dtype, op, rank, i));
 }
 
 }  // namespace trnccl::bench

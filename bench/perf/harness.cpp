@@ -36,9 +36,12 @@ size_t parseSize(const char* text) {
   char* end = nullptr;
   double value = std::strtod(text, &end);
   switch (end && *end ? *end : ' ') {
-    case 'K': case 'k': value *= 1024; break;
-    case 'M': case 'm': value *= 1024 * 1024; break;
-    case 'G': case 'g': value *= 1024.0 * 1024 * 1024; break;
+    case 'K':
+    case 'k': value *= 1024; break;
+    case 'M':
+    case 'm': value *= 1024 * 1024; break;
+    case 'G':
+    case 'g': value *= 1024.0 * 1024 * 1024; break;
     default: break;
   }
   return static_cast<size_t>(value);
@@ -46,28 +49,37 @@ size_t parseSize(const char* text) {
 
 bool parseType(const char* text, trncclDataType_t* out) {
   static const std::pair<const char*, trncclDataType_t> names[] = {
-      {"int8", trncclInt8},      {"uint8", trncclUint8},     {"int32", trncclInt32},
-      {"int", trncclInt32},      {"uint32", trncclUint32},   {"int64", trncclInt64},
-      {"uint64", trncclUint64},  {"half", trncclFloat16},    {"float16", trncclFloat16},
-      {"float", trncclFloat32},  {"float32", trncclFloat32}, {"double", trncclFloat64},
-      {"float64", trncclFloat64}, {"bfloat16", trncclBfloat16}, {"f8e4m3", trncclFloat8e4m3},
+      {"int8", trncclInt8},        {"uint8", trncclUint8},       {"int32", trncclInt32},
+      {"int", trncclInt32},        {"uint32", trncclUint32},     {"int64", trncclInt64},
+      {"uint64", trncclUint64},    {"half", trncclFloat16},      {"float16", trncclFloat16},
+      {"float", trncclFloat32},    {"float32", trncclFloat32},   {"double", trncclFloat64},
+      {"float64", trncclFloat64},  {"bfloat16", trncclBfloat16}, {"f8e4m3", trncclFloat8e4m3},
       {"f8e5m2", trncclFloat8e5m2}};
   for (auto& [name, type] : names)
-    if (!std::strcmp(text, name)) { *out = type; return true; }
+    if (!std::strcmp(text, name)) {
+      *out = type;
+      return true;
+    }
   return false;
 }
 
 bool parseOp(const char* text, trncclRedOp_t* out) {
-  static const std::pair<const char*, trncclRedOp_t> names[] = {
-      {"sum", trncclSum}, {"prod", trncclProd}, {"max", trncclMax}, {"min", trncclMin},
-      {"avg", trncclAvg}};
+  static const std::pair<const char*, trncclRedOp_t> names[] = {{"sum", trncclSum},
+                                                                {"prod", trncclProd},
+                                                                {"max", trncclMax},
+                                                                {"min", trncclMin},
+                                                                {"avg", trncclAvg}};
   for (auto& [name, op] : names)
-    if (!std::strcmp(text, name)) { *out = op; return true; }
+    if (!std::strcmp(text, name)) {
+      *out = op;
+      return true;
+    }
   return false;
 }
 
 void usage(const char* tool, FILE* out) {
-  std::fprintf(out,
+  std::fprintf(
+      out,
       "usage: %s [options]   (start it with: trnccl-run -np N %s ...)\n"
       "  -b, --minbytes SIZE     smallest size (default 32M; K/M/G suffixes)\n"
       "  -e, --maxbytes SIZE     largest size (default 32M)\n"
@@ -100,21 +112,38 @@ bool parseOptions(int argc, char** argv, Options* o, const char* tool) {
       return false;
     }
     const char* v = argv[++i];
-    if (flag == "-b" || flag == "--minbytes") o->minBytes = parseSize(v);
-    else if (flag == "-e" || flag == "--maxbytes") o->maxBytes = parseSize(v);
-    else if (flag == "-f" || flag == "--stepfactor") o->stepFactor = std::atof(v);
-    else if (flag == "-i" || flag == "--stepbytes") o->stepBytes = parseSize(v);
-    else if (flag == "-n" || flag == "--iters") o->iters = std::atoi(v);
-    else if (flag == "-w" || flag == "--warmup_iters") o->warmup = std::atoi(v);
-    else if (flag == "-c" || flag == "--check") o->check = std::atoi(v);
-    else if (flag == "-r" || flag == "--root") o->root = std::atoi(v);
-    else if (flag == "-z" || flag == "--blocking") o->blocking = std::atoi(v);
-    else if (flag == "-a" || flag == "--average") o->average = std::atoi(v);
-    else if (flag == "-J" || flag == "--json") o->json = v;
+    if (flag == "-b" || flag == "--minbytes")
+      o->minBytes = parseSize(v);
+    else if (flag == "-e" || flag == "--maxbytes")
+      o->maxBytes = parseSize(v);
+    else if (flag == "-f" || flag == "--stepfactor")
+      o->stepFactor = std::atof(v);
+    else if (flag == "-i" || flag == "--stepbytes")
+      o->stepBytes = parseSize(v);
+    else if (flag == "-n" || flag == "--iters")
+      o->iters = std::atoi(v);
+    else if (flag == "-w" || flag == "--warmup_iters")
+      o->warmup = std::atoi(v);
+    else if (flag == "-c" || flag == "--check")
+      o->check = std::atoi(v);
+    else if (flag == "-r" || flag == "--root")
+      o->root = std::atoi(v);
+    else if (flag == "-z" || flag == "--blocking")
+      o->blocking = std::atoi(v);
+    else if (flag == "-a" || flag == "--average")
+      o->average = std::atoi(v);
+    else if (flag == "-J" || flag == "--json")
+      o->json = v;
     else if (flag == "-o" || flag == "--op") {
-      if (!parseOp(v, &o->op)) { std::fprintf(stderr, "%s: unknown op '%s'\n", tool, v); return false; }
+      if (!parseOp(v, &o->op)) {
+        std::fprintf(stderr, "%s: unknown op '%s'\n", tool, v);
+        return false;
+      }
     } else if (flag == "-d" || flag == "--datatype") {
-      if (!parseType(v, &o->dtype)) { std::fprintf(stderr, "%s: unknown datatype '%s'\n", tool, v); return false; }
+      if (!parseType(v, &o->dtype)) {
+        std::fprintf(stderr, "%s: unknown datatype '%s'\n", tool, v);
+        return false;
+      }
     } else {
       std::fprintf(stderr, "%s: unknown option %s (see --help)\n", tool, flag.c_str());
       return false;
@@ -122,7 +151,8 @@ bool parseOptions(int argc, char** argv, Options* o, const char* tool) {
   }
   if (o->iters <= 0 || o->warmup < 0 || o->minBytes > o->maxBytes ||
       (o->stepBytes == 0 && o->stepFactor <= 1.0)) {
-    std::fprintf(stderr, "%s: need iters > 0, warmup >= 0, minbytes <= maxbytes and a step\n", tool);
+    std::fprintf(stderr, "%s: need iters > 0, warmup >= 0, minbytes <= maxbytes and a step\n",
+                 tool);
     return false;
   }
   return true;
@@ -157,7 +187,8 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
   auto nranksValue = env::getInt(env::kNranks);
   std::string idHex = env::getString(env::kUniqueId);
   if (!rankValue.isOk() || !nranksValue.isOk() || rankValue.value() < 0 || idHex.empty()) {
-    std::fprintf(stderr, "%s: no rank information; start it with `trnccl-run -np N %s ...` "
+    std::fprintf(stderr,
+                 "%s: no rank information; start it with `trnccl-run -np N %s ...` "
                  "(TRNCCL_RANK, TRNCCL_NRANKS and TRNCCL_UNIQUE_ID are not set)\n",
                  tool.c_str(), tool.c_str());
     return 2;
@@ -184,16 +215,27 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
   char host[64] = {};
   gethostname(host, sizeof(host) - 1);
   if (rank == 0) {
-    std::printf("# %s: nranks %d minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d "
-                "validation: %d blocking: %d time: %s over ranks\n",
-                tool.c_str(), nranks, o.minBytes, o.maxBytes,
-                o.stepBytes ? static_cast<double>(o.stepBytes) : o.stepFactor,
-                o.stepBytes ? "bytes" : "factor", o.warmup, o.iters, o.check, o.blocking,
-                o.average == 0 ? "rank 0" : o.average == 1 ? "mean" : o.average == 2 ? "min" : "max");
-    std::printf("#\n#  Using host memory, transport shm, on %s (pid of rank 0: %d)\n#\n", host, getpid());
-    std::printf("#                                                              out-of-place                       in-place\n");
-    std::printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n");
-    std::printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n");
+    std::printf(
+        "# %s: nranks %d minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d "
+        "validation: %d blocking: %d time: %s over ranks\n",
+        tool.c_str(), nranks, o.minBytes, o.maxBytes,
+        o.stepBytes ? static_cast<double>(o.stepBytes) : o.stepFactor,
+        o.stepBytes ? "bytes" : "factor", o.warmup, o.iters, o.check, o.blocking,
+        o.average == 0   ? "rank 0"
+        : o.average == 1 ? "mean"
+        : o.average == 2 ? "min"
+                         : "max");
+    std::printf("#\n#  Using host memory, transport shm, on %s (pid of rank 0: %d)\n#\n", host,
+                getpid());
+    std::printf(
+        "#                                                              out-of-place               "
+        "        in-place\n");
+    std::printf(
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     "
+        "time   algbw   busbw #wrong\n");
+    std::printf(
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            "
+        "(us)  (GB/s)  (GB/s)\n");
   }
 
   int wrongTotal = 0;
@@ -201,7 +243,8 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
   int rows = 0;
   int failed = 0;
   for (size_t bytes = o.minBytes; bytes <= o.maxBytes && !failed;
-       bytes = o.stepBytes ? bytes + o.stepBytes : std::max(bytes + 1, static_cast<size_t>(bytes * o.stepFactor))) {
+       bytes = o.stepBytes ? bytes + o.stepBytes
+                           : std::max(bytes + 1, static_cast<size_t>(bytes * o.stepFactor))) {
     size_t count, sendElems, recvElems;
     coll.shape(bytes, esize, nranks, &count, &sendElems, &recvElems);
     PerfCall call{comm, rank, nranks, o.dtype, o.op, o.root, count};
@@ -225,8 +268,11 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
       if (o.check) {
         std::vector<char> input(send.size());
         coll.expected(call, input, want);
-        if (inPlace) std::memcpy(recv.data() + coll.inPlaceSendOffset(call, esize), input.data(), input.size());
-        else send = input;
+        if (inPlace)
+          std::memcpy(recv.data() + coll.inPlaceSendOffset(call, esize), input.data(),
+                      input.size());
+        else
+          send = input;
         failed = once() != trncclSuccess;
         long mine = 0;
         size_t n = std::min(want.size(), recv.size()) / esize;
@@ -247,7 +293,8 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
         std::printf("  %7.2f  %6.2f  %6.2f  %5s", time[k] * 1e6, algbw, busbw,
                     o.check ? std::to_string(wrong[k]).c_str() : "N/A");
         if (json)
-          std::fprintf(json, "{\"tool\":\"%s\",\"nranks\":%d,\"size\":%zu,\"count\":%zu,\"type\":\"%s\","
+          std::fprintf(json,
+                       "{\"tool\":\"%s\",\"nranks\":%d,\"size\":%zu,\"count\":%zu,\"type\":\"%s\","
                        "\"redop\":\"%s\",\"root\":%d,\"placement\":\"%s\",\"time_us\":%.3f,"
                        "\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%ld}\n",
                        coll.name, nranks, sizeBytes, count, dtypeName(o.dtype),

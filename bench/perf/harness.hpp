@@ -22,7 +22,7 @@ struct PerfCall {
 };
 
 struct PerfCollective {
-  const char* name;     // "all_reduce": tool name and JSON field
+  const char* name;  // "all_reduce": tool name and JSON field
   bool usesOp;
   bool usesRoot;
   // Per-rank send/recv element counts and the C count argument for a size in bytes

@@ -8,7 +8,8 @@ Status allGatherDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   const size_t esize = elementSize(a);
   const size_t perRound = c.windowBytes / esize;
   auto roundLen = [&](size_t k) { return std::min(perRound, a.count - k * perRound); };
-  directRounds(b, a, ceilDiv(a.count, perRound), true,
+  directRounds(
+      b, a, ceilDiv(a.count, perRound), true,
       [&](int slot, size_t k) {
         b.copy(c.window(c.rank, slot), byteAt(a.sendbuff, k * perRound * esize),
                roundLen(k) * esize);

@@ -1,7 +1,7 @@
 // All-reduce over shared windows. Tiny messages (<= 896 B): the LL protocol, one cache line
 // per 56 bytes carrying data and flag together. Small messages: one-shot (every rank reduces
-// every input, one synchronisation). Large messages: two-shot (two_shot.cpp), so a byte is copied in once
-// and out once and the reduction work is split n ways. Sources are always reduced in rank
+// every input, one synchronisation). Large messages: two-shot (two_shot.cpp), so a byte is copied
+// in once and out once and the reduction work is split n ways. Sources are always reduced in rank
 // order: results are bitwise identical on every rank.
 #include "collectives/direct_rounds.hpp"
 #include "collectives/two_shot.hpp"
@@ -23,11 +23,12 @@ Status allReduceDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
     return Status::ok();
   }
   const int n = c.nranks;
-  directRounds(b, a, 1, true,
-      [&](int slot, size_t) { b.copy(c.window(c.rank, slot), a.sendbuff, bytes); },
+  directRounds(
+      b, a, 1, true, [&](int slot, size_t) { b.copy(c.window(c.rank, slot), a.sendbuff, bytes); },
       [&](int slot, size_t) {
-        b.reduce(a.recvbuff, n, [&](int q) { return c.window(q, slot); }, a.count,
-                 a.op == trncclAvg ? n : 0);
+        b.reduce(
+            a.recvbuff, n, [&](int q) { return c.window(q, slot); }, a.count,
+            a.op == trncclAvg ? n : 0);
       });
   return Status::ok();
 }

@@ -34,7 +34,8 @@ void exchangeRounds(ScheduleBuilder& b, const CollArgs& a, const CommView& c,
   auto part = [sub](size_t total, size_t k) {
     return k * sub >= total ? 0 : std::min(sub, total - k * sub);
   };
-  directRounds(b, a, rounds, publish,
+  directRounds(
+      b, a, rounds, publish,
       [&](int slot, size_t k) {
         for (int q = 0; q < n; ++q)
           b.copy(c.window(c.rank, slot) + q * sub,
@@ -75,8 +76,7 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   b.callback([blocks, c, seq, args, sub](ScheduleBuilder& later) -> Status {
     size_t globalMax = 0;
     for (int q = 0; q < c.nranks; ++q) {
-      const shm::OpDescriptor& d =
-          c.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots];
+      const shm::OpDescriptor& d = c.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots];
       globalMax = std::max<size_t>(globalMax, d.extra);
       uint64_t theySend = c.segment->sendBytesTable(q, seq)[c.rank];
       if (theySend != blocks->recvBytes[q]) {

@@ -16,7 +16,9 @@ Status broadcastChain(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   const size_t chunk = c.windowBytes;
   const size_t chunks = std::max<size_t>(1, ceilDiv(bytes, chunk));
   auto chunkPtr = [&](size_t k) { return byteAt(a.recvbuff, k * chunk); };
-  auto chunkBytes = [&](size_t k) { return k * chunk >= bytes ? 0 : std::min(chunk, bytes - k * chunk); };
+  auto chunkBytes = [&](size_t k) {
+    return k * chunk >= bytes ? 0 : std::min(chunk, bytes - k * chunk);
+  };
   for (size_t k = 0; k <= chunks; ++k) {
     ConcurrentSteps together(b);
     if (k > 0 && forwards && !isRoot) b.send(next, chunkPtr(k - 1), chunkBytes(k - 1));

@@ -10,14 +10,13 @@ Status broadcastDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   auto roundLen = [&](size_t k) { return std::min(perRound, bytes - k * perRound); };
   const bool isRoot = c.rank == a.root;
   if (isRoot) b.copy(a.recvbuff, a.sendbuff, bytes);
-  directRounds(b, a, ceilDiv(bytes, perRound), true,
+  directRounds(
+      b, a, ceilDiv(bytes, perRound), true,
       [&](int slot, size_t k) {
-        if (isRoot)
-          b.copy(c.window(c.rank, slot), byteAt(a.sendbuff, k * perRound), roundLen(k));
+        if (isRoot) b.copy(c.window(c.rank, slot), byteAt(a.sendbuff, k * perRound), roundLen(k));
       },
       [&](int slot, size_t k) {
-        if (!isRoot)
-          b.copy(byteAt(a.recvbuff, k * perRound), c.window(a.root, slot), roundLen(k));
+        if (!isRoot) b.copy(byteAt(a.recvbuff, k * perRound), c.window(a.root, slot), roundLen(k));
       });
   return Status::ok();
 }

@@ -6,8 +6,10 @@ namespace trnccl {
 
 Status sendRecvP2p(ScheduleBuilder& b, const CollArgs& a, const CommView&) {
   size_t bytes = a.count * elementSize(a);
-  if (a.isSend) b.send(a.peer, a.sendbuff, bytes);
-  else b.recv(a.peer, a.recvbuff, bytes);
+  if (a.isSend)
+    b.send(a.peer, a.sendbuff, bytes);
+  else
+    b.recv(a.peer, a.recvbuff, bytes);
   return Status::ok();
 }
 

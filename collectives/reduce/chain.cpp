@@ -17,7 +17,9 @@ Status reduceChain(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   const size_t chunk = c.windowBytes / esize * esize;
   const size_t chunks = std::max<size_t>(1, ceilDiv(bytes, chunk));
-  auto chunkBytes = [&](size_t k) { return k * chunk >= bytes ? 0 : std::min(chunk, bytes - k * chunk); };
+  auto chunkBytes = [&](size_t k) {
+    return k * chunk >= bytes ? 0 : std::min(chunk, bytes - k * chunk);
+  };
   // Where this rank's partial sums live: the input itself at the head of the chain, scratch in
   // the middle, the output at the root.
   void* partial = isRoot ? a.recvbuff : position == 0 ? nullptr : b.scratch(bytes);

@@ -11,16 +11,18 @@ Status reduceScatterDirect(ScheduleBuilder& b, const CollArgs& a, const CommView
   const size_t perRound = subBytes / esize;
   const int n = c.nranks;
   auto roundLen = [&](size_t k) { return std::min(perRound, a.count - k * perRound); };
-  directRounds(b, a, ceilDiv(a.count, perRound), true,
+  directRounds(
+      b, a, ceilDiv(a.count, perRound), true,
       [&](int slot, size_t k) {
         for (int q = 0; q < n; ++q)
           b.copy(c.window(c.rank, slot) + q * subBytes,
                  byteAt(a.sendbuff, (q * a.count + k * perRound) * esize), roundLen(k) * esize);
       },
       [&](int slot, size_t k) {
-        b.reduce(byteAt(a.recvbuff, k * perRound * esize), n,
-                 [&](int q) { return c.window(q, slot) + c.rank * subBytes; }, roundLen(k),
-                 a.op == trncclAvg ? n : 0);
+        b.reduce(
+            byteAt(a.recvbuff, k * perRound * esize), n,
+            [&](int q) { return c.window(q, slot) + c.rank * subBytes; }, roundLen(k),
+            a.op == trncclAvg ? n : 0);
       });
   return Status::ok();
 }

@@ -30,15 +30,40 @@ inline void check(trncclResult_t result, trncclComm_t comm = nullptr) {
   throw Error(result, text);
 }
 
-template <typename T> struct DataType;
-template <> struct DataType<int8_t> { static constexpr trncclDataType_t value = trncclInt8; };
-template <> struct DataType<uint8_t> { static constexpr trncclDataType_t value = trncclUint8; };
-template <> struct DataType<int32_t> { static constexpr trncclDataType_t value = trncclInt32; };
-template <> struct DataType<uint32_t> { static constexpr trncclDataType_t value = trncclUint32; };
-template <> struct DataType<int64_t> { static constexpr trncclDataType_t value = trncclInt64; };
-template <> struct DataType<uint64_t> { static constexpr trncclDataType_t value = trncclUint64; };
-template <> struct DataType<float> { static constexpr trncclDataType_t value = trncclFloat32; };
-template <> struct DataType<double> { static constexpr trncclDataType_t value = trncclFloat64; };
+template <typename T>
+struct DataType;
+template <>
+struct DataType<int8_t> {
+  static constexpr trncclDataType_t value = trncclInt8;
+};
+template <>
+struct DataType<uint8_t> {
+  static constexpr trncclDataType_t value = trncclUint8;
+};
+template <>
+struct DataType<int32_t> {
+  static constexpr trncclDataType_t value = trncclInt32;
+};
+template <>
+struct DataType<uint32_t> {
+  static constexpr trncclDataType_t value = trncclUint32;
+};
+template <>
+struct DataType<int64_t> {
+  static constexpr trncclDataType_t value = trncclInt64;
+};
+template <>
+struct DataType<uint64_t> {
+  static constexpr trncclDataType_t value = trncclUint64;
+};
+template <>
+struct DataType<float> {
+  static constexpr trncclDataType_t value = trncclFloat32;
+};
+template <>
+struct DataType<double> {
+  static constexpr trncclDataType_t value = trncclFloat64;
+};
 
 class UniqueId {
  public:
@@ -152,26 +177,23 @@ class Comm {
           comm_);
   }
   template <typename T>
-  Request allReduceAsync(std::span<const T> send, std::span<T> recv,
-                         trncclRedOp_t op = trncclSum) {
+  Request allReduceAsync(std::span<const T> send, std::span<T> recv, trncclRedOp_t op = trncclSum) {
     requireSize(recv.size() >= send.size(), "allReduceAsync: recv is smaller than send");
     trncclRequest_t raw = nullptr;
-    check(trncclAllReduceAsync(send.data(), recv.data(), send.size(), DataType<T>::value, op,
-                               comm_, &raw),
+    check(trncclAllReduceAsync(send.data(), recv.data(), send.size(), DataType<T>::value, op, comm_,
+                               &raw),
           comm_);
     return Request(raw);
   }
   template <typename T>
   void allGather(std::span<const T> send, std::span<T> recv) {
     requireSize(recv.size() >= send.size() * size(), "allGather: recv needs size()*send");
-    check(trncclAllGather(send.data(), recv.data(), send.size(), DataType<T>::value, comm_),
-          comm_);
+    check(trncclAllGather(send.data(), recv.data(), send.size(), DataType<T>::value, comm_), comm_);
   }
   template <typename T>
   void reduceScatter(std::span<const T> send, std::span<T> recv, trncclRedOp_t op = trncclSum) {
     requireSize(send.size() >= recv.size() * size(), "reduceScatter: send needs size()*recv");
-    check(trncclReduceScatter(send.data(), recv.data(), recv.size(), DataType<T>::value, op,
-                              comm_),
+    check(trncclReduceScatter(send.data(), recv.data(), recv.size(), DataType<T>::value, op, comm_),
           comm_);
   }
   template <typename T>
@@ -184,8 +206,7 @@ class Comm {
   void allToAll(std::span<const T> send, std::span<T> recv) {
     requireSize(send.size() % size() == 0 && recv.size() >= send.size(),
                 "allToAll: send must split evenly across ranks and fit in recv");
-    check(trncclAllToAll(send.data(), recv.data(), send.size() / size(), DataType<T>::value,
-                         comm_),
+    check(trncclAllToAll(send.data(), recv.data(), send.size() / size(), DataType<T>::value, comm_),
           comm_);
   }
   template <typename T>

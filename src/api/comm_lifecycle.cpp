@@ -11,8 +11,8 @@
 using trnccl::Code;
 using trnccl::CollArgs;
 using trnccl::CollKind;
-using trnccl::Status;
 using trnccl::makeError;
+using trnccl::Status;
 using trnccl::api::report;
 
 namespace {
@@ -23,19 +23,26 @@ Status optionsFromConfig(const trncclConfig_t* config, trnccl::CommOptions* opti
   options->timeoutSeconds = timeout.value();
   if (!config) return Status::ok();
   if (config->size != sizeof(trncclConfig_t) || config->magic != TRNCCL_CONFIG_MAGIC)
-    return makeError(Code::kInvalidArgument, "config was not set up with "
-                     "TRNCCL_CONFIG_INITIALIZER (size %zu, magic %#x)", config->size,
-                     config->magic);
+    return makeError(Code::kInvalidArgument,
+                     "config was not set up with "
+                     "TRNCCL_CONFIG_INITIALIZER (size %zu, magic %#x)",
+                     config->size, config->magic);
   if (config->version > TRNCCL_VERSION_CODE)
-    return makeError(Code::kInvalidArgument, "config version %u is newer than this library "
-                     "(%d)", config->version, TRNCCL_VERSION_CODE);
+    return makeError(Code::kInvalidArgument,
+                     "config version %u is newer than this library "
+                     "(%d)",
+                     config->version, TRNCCL_VERSION_CODE);
   if (config->blocking != 1)
-    return makeError(Code::kInvalidArgument, "config.blocking=%d: only blocking init (1) is "
-                     "supported", config->blocking);
+    return makeError(Code::kInvalidArgument,
+                     "config.blocking=%d: only blocking init (1) is "
+                     "supported",
+                     config->blocking);
   if (config->timeoutMs != TRNCCL_TIMEOUT_DEFAULT) {
     if (config->timeoutMs <= 0)
-      return makeError(Code::kInvalidArgument, "config.timeoutMs=%d must be positive or "
-                       "TRNCCL_TIMEOUT_DEFAULT", config->timeoutMs);
+      return makeError(Code::kInvalidArgument,
+                       "config.timeoutMs=%d must be positive or "
+                       "TRNCCL_TIMEOUT_DEFAULT",
+                       config->timeoutMs);
     options->timeoutSeconds = config->timeoutMs / 1000.0;
   }
   if (config->algorithm) options->algorithm = config->algorithm;
@@ -45,21 +52,22 @@ Status optionsFromConfig(const trncclConfig_t* config, trnccl::CommOptions* opti
 
 trncclResult_t initComm(trncclComm_t* out, int nranks, const trncclUniqueId& id, int rank,
                         const trncclConfig_t* config) {
-  if (!out) return report(nullptr, makeError(Code::kInvalidArgument,
-                                             "trncclCommInitRank: comm pointer is NULL"));
+  if (!out)
+    return report(nullptr,
+                  makeError(Code::kInvalidArgument, "trncclCommInitRank: comm pointer is NULL"));
   *out = nullptr;
   if (nranks <= 0)
     return report(nullptr, makeError(Code::kInvalidArgument,
                                      "trncclCommInitRank: nranks=%d must be positive", nranks));
   if (rank < 0 || rank >= nranks)
-    return report(nullptr, makeError(Code::kInvalidArgument,
-                                     "trncclCommInitRank: rank %d is out of range [0, %d)",
-                                     rank, nranks));
+    return report(nullptr,
+                  makeError(Code::kInvalidArgument,
+                            "trncclCommInitRank: rank %d is out of range [0, %d)", rank, nranks));
   trnccl::CommOptions options;
   Status status = optionsFromConfig(config, &options);
   if (!status.isOk())
-    return report(nullptr, status.withContext(
-                               trnccl::strformat("rank %d trncclCommInitRank: ", rank)));
+    return report(nullptr,
+                  status.withContext(trnccl::strformat("rank %d trncclCommInitRank: ", rank)));
   auto created = trnccl::Communicator::create(nranks, id, rank, options);
   if (!created.isOk())
     return report(nullptr, created.status().withContext(
@@ -90,13 +98,13 @@ trncclResult_t trncclGetVersion(int* version) {
 
 trncclResult_t trncclGetUniqueId(trncclUniqueId* uniqueId) {
   if (!uniqueId)
-    return report(nullptr, makeError(Code::kInvalidArgument, "trncclGetUniqueId: uniqueId is NULL"));
+    return report(nullptr,
+                  makeError(Code::kInvalidArgument, "trncclGetUniqueId: uniqueId is NULL"));
   Status status = trnccl::bootstrap::createUniqueId(uniqueId);
   return report(nullptr, status.withContext("trncclGetUniqueId: "));
 }
 
-trncclResult_t trncclCommInitRank(trncclComm_t* comm, int nranks, trncclUniqueId commId,
-                                  int rank) {
+trncclResult_t trncclCommInitRank(trncclComm_t* comm, int nranks, trncclUniqueId commId, int rank) {
   return initComm(comm, nranks, commId, rank, nullptr);
 }
 
@@ -118,8 +126,10 @@ trncclResult_t trncclCommSplit(trncclComm_t comm, int color, int key, trncclComm
   if (!newcomm) return fail(makeError(Code::kInvalidArgument, "newcomm is NULL"));
   *newcomm = nullptr;
   if (color < TRNCCL_SPLIT_NOCOLOR)
-    return fail(makeError(Code::kInvalidArgument, "color %d is negative (only "
-                          "TRNCCL_SPLIT_NOCOLOR=-1 is allowed)", color));
+    return fail(makeError(Code::kInvalidArgument,
+                          "color %d is negative (only "
+                          "TRNCCL_SPLIT_NOCOLOR=-1 is allowed)",
+                          color));
   // 1. Everyone learns everyone's (color, key).
   std::vector<int32_t> mine = {color, key};
   std::vector<int32_t> all(2 * n);
@@ -134,9 +144,8 @@ trncclResult_t trncclCommSplit(trncclComm_t comm, int color, int key, trncclComm
   std::vector<int> members;
   for (int r = 0; r < n; ++r)
     if (all[2 * r] == color) members.push_back(r);
-  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
-    return all[2 * a + 1] < all[2 * b + 1];
-  });
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
   // 2. The first member of each colour creates the new rendezvous; everyone gathers the ids.
   trncclUniqueId myId{};
   bool leader = color != TRNCCL_SPLIT_NOCOLOR && members.front() == rank;
@@ -181,7 +190,8 @@ trncclResult_t trncclCommAbort(trncclComm_t comm) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   if (comm->activeCalls.load() != 0) {
     // A thread is stuck outside our control; leaking the handle beats freeing it under it.
-    return report(nullptr, makeError(Code::kInternalError, "trncclCommAbort: %d call(s) did "
+    return report(nullptr, makeError(Code::kInternalError,
+                                     "trncclCommAbort: %d call(s) did "
                                      "not return; the communicator was not freed",
                                      comm->activeCalls.load()));
   }
@@ -200,14 +210,16 @@ trncclResult_t trncclCommGetAsyncError(trncclComm_t comm, trncclResult_t* asyncE
 
 trncclResult_t trncclCommCount(const trncclComm_t comm, int* count) {
   if (!comm || !count)
-    return report(comm, makeError(Code::kInvalidArgument, "trncclCommCount: comm or count is NULL"));
+    return report(comm,
+                  makeError(Code::kInvalidArgument, "trncclCommCount: comm or count is NULL"));
   *count = comm->impl->nranks();
   return trncclSuccess;
 }
 
 trncclResult_t trncclCommUserRank(const trncclComm_t comm, int* rank) {
   if (!comm || !rank)
-    return report(comm, makeError(Code::kInvalidArgument, "trncclCommUserRank: comm or rank is NULL"));
+    return report(comm,
+                  makeError(Code::kInvalidArgument, "trncclCommUserRank: comm or rank is NULL"));
   *rank = comm->impl->rank();
   return trncclSuccess;
 }

@@ -33,7 +33,9 @@ trncclResult_t report(trncclComm_t comm, const Status& status) {
   return toResult(status.code());
 }
 
-const char* threadError() { return threadLastError.c_str(); }
+const char* threadError() {
+  return threadLastError.c_str();
+}
 
 }  // namespace trnccl::api
 

@@ -30,9 +30,13 @@ thread_local GroupState group;
 
 }  // namespace
 
-bool groupActive() { return group.depth > 0; }
+bool groupActive() {
+  return group.depth > 0;
+}
 
-void groupAdd(trncclComm_t comm, const CollArgs& args) { group.calls.push_back({comm, args}); }
+void groupAdd(trncclComm_t comm, const CollArgs& args) {
+  group.calls.push_back({comm, args});
+}
 
 }  // namespace trnccl::api
 
@@ -71,9 +75,13 @@ extern "C" trncclResult_t trncclGroupEnd(void) {
       }
     }
     auto op = comm->impl->enqueue(batch);
-    if (!op.isOk()) result = report(comm, op.status().withContext("trncclGroupEnd: "));
-    else launched.push_back({comm, op.value()});
-    do { ++i; } while (i < calls.size() && calls[i].comm == nullptr);
+    if (!op.isOk())
+      result = report(comm, op.status().withContext("trncclGroupEnd: "));
+    else
+      launched.push_back({comm, op.value()});
+    do {
+      ++i;
+    } while (i < calls.size() && calls[i].comm == nullptr);
   }
   // Progress every communicator of the group together, so that operations on different
   // communicators that depend on each other cannot deadlock.

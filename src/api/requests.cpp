@@ -31,12 +31,13 @@ extern "C" trncclResult_t trncclTest(trncclRequest_t* request, int* done) {
 
 extern "C" trncclResult_t trncclWait(trncclRequest_t* request, int64_t timeoutMs) {
   if (!request || !*request)
-    return report(nullptr, makeError(Code::kInvalidArgument,
-                                     "trncclWait: request or *request is NULL"));
+    return report(nullptr,
+                  makeError(Code::kInvalidArgument, "trncclWait: request or *request is NULL"));
   if (timeoutMs < 0 && timeoutMs != TRNCCL_TIMEOUT_DEFAULT)
     return report(nullptr, makeError(Code::kInvalidArgument,
                                      "trncclWait: timeoutMs=%lld must be >= 0 or "
-                                     "TRNCCL_TIMEOUT_DEFAULT", static_cast<long long>(timeoutMs)));
+                                     "TRNCCL_TIMEOUT_DEFAULT",
+                                     static_cast<long long>(timeoutMs)));
   double seconds = timeoutMs == TRNCCL_TIMEOUT_DEFAULT ? -1.0 : timeoutMs / 1000.0;
   trnccl::Status status = (*request)->comm->wait((*request)->op, seconds);
   if (status.code() == Code::kInProgress) {

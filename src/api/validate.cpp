@@ -41,22 +41,30 @@ Status validateCall(const char* fn, int rank, int nranks, const CollArgs& a) {
       return fail(makeError(Code::kInvalidArgument, "op %d is not a trncclRedOp_t",
                             static_cast<int>(a.op)));
     if (!isReducible(a.dtype))
-      return fail(makeError(Code::kInvalidArgument, "%s is a payload-only type and cannot be "
-                            "reduced; use a float type for reductions", dtypeName(a.dtype)));
+      return fail(makeError(Code::kInvalidArgument,
+                            "%s is a payload-only type and cannot be "
+                            "reduced; use a float type for reductions",
+                            dtypeName(a.dtype)));
   }
   if ((a.kind == CollKind::kBroadcast || a.kind == CollKind::kReduce) &&
       (a.root < 0 || a.root >= nranks))
-    return fail(makeError(Code::kInvalidArgument, "root %d is out of range [0, %d)", a.root,
-                          nranks));
+    return fail(
+        makeError(Code::kInvalidArgument, "root %d is out of range [0, %d)", a.root, nranks));
   if (a.kind == CollKind::kSendRecv && (a.peer < 0 || a.peer >= nranks))
-    return fail(makeError(Code::kInvalidArgument, "peer %d is out of range [0, %d)", a.peer,
-                          nranks));
+    return fail(
+        makeError(Code::kInvalidArgument, "peer %d is out of range [0, %d)", a.peer, nranks));
 
   size_t sendCount = a.count, recvCount = a.count;
   const char* countName = "count";
   switch (a.kind) {
-    case CollKind::kAllGather: recvCount = a.count * nranks; countName = "sendcount"; break;
-    case CollKind::kReduceScatter: sendCount = a.count * nranks; countName = "recvcount"; break;
+    case CollKind::kAllGather:
+      recvCount = a.count * nranks;
+      countName = "sendcount";
+      break;
+    case CollKind::kReduceScatter:
+      sendCount = a.count * nranks;
+      countName = "recvcount";
+      break;
     case CollKind::kAllToAll: sendCount = recvCount = a.count * nranks; break;
     default: break;
   }
@@ -88,11 +96,11 @@ Status validateCall(const char* fn, int rank, int nranks, const CollArgs& a) {
   bool rootOnlyRecv = a.kind == CollKind::kReduce && rank != a.root;
   bool rootOnlySend = a.kind == CollKind::kBroadcast && rank != a.root;
   if (sends && !rootOnlySend && sendCount > 0 && !a.sendbuff)
-    return fail(makeError(Code::kInvalidArgument, "sendbuff is NULL but %s=%zu", countName,
-                          a.count));
+    return fail(
+        makeError(Code::kInvalidArgument, "sendbuff is NULL but %s=%zu", countName, a.count));
   if (receives && !rootOnlyRecv && recvCount > 0 && !a.recvbuff)
-    return fail(makeError(Code::kInvalidArgument, "recvbuff is NULL but %s=%zu", countName,
-                          a.count));
+    return fail(
+        makeError(Code::kInvalidArgument, "recvbuff is NULL but %s=%zu", countName, a.count));
   return Status::ok();
 }
 

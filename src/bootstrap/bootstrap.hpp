@@ -16,11 +16,11 @@ namespace trnccl::bootstrap {
 // Everything a rank tells the others at init. Fixed size and trivially copyable: it is
 // sent as bytes, so fields only ever get appended (bump kWireVersion when they do).
 struct PeerInfo {
-  uint64_t hostHash = 0;   // ranks with equal hashes share a node
+  uint64_t hostHash = 0;  // ranks with equal hashes share a node
   int32_t rank = -1;
   int32_t pid = 0;
   char hostName[64] = {};
-  char hostId[64] = {};    // readable host identity (TRNCCL_HOSTID or hostname)
+  char hostId[64] = {};                // readable host identity (TRNCCL_HOSTID or hostname)
   uint8_t transportAddress[256] = {};  // reserved for network transports' endpoint names
 };
 

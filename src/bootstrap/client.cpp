@@ -14,7 +14,8 @@ Result<UniqueIdData> parseUniqueId(const trncclUniqueId& id) {
   if (data.magic != wire::kIdMagic || data.version != wire::kVersion || data.port == 0)
     return makeError(Code::kInvalidArgument,
                      "the unique id is not one made by trncclGetUniqueId of this trnccl version "
-                     "(magic %#x, version %u)", data.magic, data.version);
+                     "(magic %#x, version %u)",
+                     data.magic, data.version);
   return data;
 }
 
@@ -44,7 +45,8 @@ Result<std::vector<PeerInfo>> rendezvous(const trncclUniqueId& id, int nranks, i
   if (got.code() == Code::kTimeout)
     return makeError(Code::kTimeout,
                      "rendezvous timed out after %.1f s: the root at %s did not answer "
-                     "(TRNCCL_TIMEOUT)", timeoutSeconds, root.toString().c_str());
+                     "(TRNCCL_TIMEOUT)",
+                     timeoutSeconds, root.toString().c_str());
   TRNCCL_RETURN_IF_ERROR(got.withContext("rendezvous with " + root.toString() + ": "));
   if (reply.magic != wire::kMagic || reply.length > wire::kMaxPayload)
     return makeError(Code::kRemoteError, "rendezvous root at %s sent a malformed reply",
@@ -87,7 +89,8 @@ Result<trncclUniqueId> uniqueIdFromHex(const std::string& hex) {
   };
   for (size_t i = 0; i < sizeof(id.internal); ++i) {
     int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return makeError(Code::kInvalidArgument, "unique id hex has a non-hex digit");
+    if (hi < 0 || lo < 0)
+      return makeError(Code::kInvalidArgument, "unique id hex has a non-hex digit");
     id.internal[i] = static_cast<char>(hi * 16 + lo);
   }
   return id;

@@ -45,7 +45,8 @@ void sendError(Socket& socket, const std::string& text) {
 class Root {
  public:
   Root(Socket listener, uint64_t nonce, double idleSeconds)
-      : listener_(std::move(listener)), nonce_(nonce),
+      : listener_(std::move(listener)),
+        nonce_(nonce),
         idleDeadline_(Deadline::after(idleSeconds)) {}
 
   void run() {
@@ -101,8 +102,7 @@ class Root {
     std::memcpy(&header, c.buffer.data(), sizeof(header));
     constexpr uint32_t kHelloBytes = sizeof(wire::Hello) + sizeof(PeerInfo);
     if (header.magic != wire::kMagic || header.version != wire::kVersion ||
-        header.type != static_cast<uint16_t>(wire::Type::kHello) ||
-        header.length != kHelloBytes) {
+        header.type != static_cast<uint16_t>(wire::Type::kHello) || header.length != kHelloBytes) {
       return drop(index, "not a trnccl hello (bad magic, version, type or length)");
     }
     if (c.buffer.size() < sizeof(header) + kHelloBytes) return;
@@ -118,8 +118,8 @@ class Root {
     Socket socket = std::move(pending_[index]->socket);
     pending_[index].reset();
     if (hello.nranks <= 0 || hello.rank < 0 || hello.rank >= hello.nranks) {
-      sendError(socket, strformat("rank %d is out of range for nranks %d", hello.rank,
-                                  hello.nranks));
+      sendError(socket,
+                strformat("rank %d is out of range for nranks %d", hello.rank, hello.nranks));
       return;
     }
     if (nranks_ < 0) {
@@ -152,8 +152,8 @@ class Root {
     joined_[hello.rank]->rank = hello.rank;
     sockets_[hello.rank] = std::move(socket);
     ++joinedCount_;
-    TRNCCL_TRACE(log::kBoot, "rendezvous root: rank %d/%d joined (pid %d, host %s)",
-                 hello.rank, nranks_, info.pid, info.hostName);
+    TRNCCL_TRACE(log::kBoot, "rendezvous root: rank %d/%d joined (pid %d, host %s)", hello.rank,
+                 nranks_, info.pid, info.hostName);
     if (joinedCount_ == nranks_) sendTable();
   }
 
@@ -178,10 +178,11 @@ class Root {
       if (!list.empty()) list += ",";
       list += std::to_string(r);
     }
-    failAll(strformat("rendezvous timed out: %d of %d ranks joined; missing ranks [%s] "
-                      "(joined [%s]). Check that every rank was started with the same unique "
-                      "id, or raise TRNCCL_TIMEOUT",
-                      joinedCount_, nranks_, missing.c_str(), present.c_str()));
+    failAll(
+        strformat("rendezvous timed out: %d of %d ranks joined; missing ranks [%s] "
+                  "(joined [%s]). Check that every rank was started with the same unique "
+                  "id, or raise TRNCCL_TIMEOUT",
+                  joinedCount_, nranks_, missing.c_str(), present.c_str()));
   }
 
   void dropStrays() {
@@ -230,8 +231,7 @@ Status createUniqueId(trncclUniqueId* id) {
   std::memcpy(id->internal, &data, sizeof(data));
   auto timeout = env::getSeconds(env::kTimeout);
   TRNCCL_RETURN_IF_ERROR(timeout.status());
-  auto root =
-      std::make_shared<Root>(std::move(listener.value()), data.nonce, 2 * timeout.value());
+  auto root = std::make_shared<Root>(std::move(listener.value()), data.nonce, 2 * timeout.value());
   std::thread([root] { root->run(); }).detach();
   TRNCCL_INFO(log::kBoot, "rendezvous root listening on %s", bound.toString().c_str());
   return Status::ok();

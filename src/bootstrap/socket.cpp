@@ -88,15 +88,17 @@ Result<Socket> listenOn(const std::string& addr, Endpoint* bound) {
   sa.sin_family = AF_INET;
   sa.sin_port = 0;
   if (inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1)
-    return makeError(Code::kInvalidArgument,
-                     "TRNCCL_BOOTSTRAP_ADDR='%s' is not an IPv4 address", addr.c_str());
+    return makeError(Code::kInvalidArgument, "TRNCCL_BOOTSTRAP_ADDR='%s' is not an IPv4 address",
+                     addr.c_str());
   Socket s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!s.valid()) return makeError(Code::kSystemError, "socket(): %s", strerror(errno));
   int one = 1;
   setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (::bind(s.fd(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0)
-    return makeError(Code::kSystemError, "cannot bind the rendezvous socket to %s: %s "
-                     "(check TRNCCL_BOOTSTRAP_ADDR)", addr.c_str(), strerror(errno));
+    return makeError(Code::kSystemError,
+                     "cannot bind the rendezvous socket to %s: %s "
+                     "(check TRNCCL_BOOTSTRAP_ADDR)",
+                     addr.c_str(), strerror(errno));
   if (::listen(s.fd(), 1024) != 0)
     return makeError(Code::kSystemError, "listen(): %s", strerror(errno));
   socklen_t len = sizeof(sa);

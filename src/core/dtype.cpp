@@ -4,10 +4,18 @@ namespace trnccl {
 
 size_t dtypeSize(trncclDataType_t type) {
   switch (type) {
-    case trncclInt8: case trncclUint8: case trncclFloat8e4m3: case trncclFloat8e5m2: return 1;
-    case trncclFloat16: case trncclBfloat16: return 2;
-    case trncclInt32: case trncclUint32: case trncclFloat32: return 4;
-    case trncclInt64: case trncclUint64: case trncclFloat64: return 8;
+    case trncclInt8:
+    case trncclUint8:
+    case trncclFloat8e4m3:
+    case trncclFloat8e5m2: return 1;
+    case trncclFloat16:
+    case trncclBfloat16: return 2;
+    case trncclInt32:
+    case trncclUint32:
+    case trncclFloat32: return 4;
+    case trncclInt64:
+    case trncclUint64:
+    case trncclFloat64: return 8;
     default: return 0;
   }
 }
@@ -41,8 +49,12 @@ const char* redOpName(trncclRedOp_t op) {
   }
 }
 
-bool isValidDtype(int type) { return type >= 0 && type < trncclNumTypes; }
-bool isValidRedOp(int op) { return op >= 0 && op < trncclNumOps; }
+bool isValidDtype(int type) {
+  return type >= 0 && type < trncclNumTypes;
+}
+bool isValidRedOp(int op) {
+  return op >= 0 && op < trncclNumOps;
+}
 bool isReducible(trncclDataType_t type) {
   return isValidDtype(type) && type != trncclFloat8e4m3 && type != trncclFloat8e5m2;
 }

@@ -46,7 +46,7 @@ inline float fp16ToFloat(uint16_t h) {
     bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
   } else if (mantissa == 0) {
     bits = sign;
-  } else {  // subnormal half: normalise
+  } else {                                                              // subnormal half: normalise
     float value = static_cast<float>(mantissa) * (1.0f / 16777216.0f);  // 2^-24
     std::memcpy(&bits, &value, 4);
     bits |= sign;
@@ -62,7 +62,7 @@ inline uint16_t floatToFp16(float f) {
   std::memcpy(&bits, &f, 4);
   uint32_t sign = (bits >> 16) & 0x8000u;
   uint32_t absBits = bits & 0x7FFFFFFFu;
-  if (absBits > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN
+  if (absBits > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);   // NaN
   if (absBits >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520: inf
   if (absBits < 0x38800000u) {  // below the smallest normal half: subnormal or zero
     float absValue;

@@ -7,8 +7,7 @@
 
 namespace trnccl::env {
 
-const Var kDebug{"TRNCCL_DEBUG", Kind::kString, "WARN",
-                 "Log level: NONE, WARN, INFO or TRACE."};
+const Var kDebug{"TRNCCL_DEBUG", Kind::kString, "WARN", "Log level: NONE, WARN, INFO or TRACE."};
 const Var kDebugSubsys{"TRNCCL_DEBUG_SUBSYS", Kind::kString, "ALL",
                        "Comma list of subsystems to log: INIT,COLL,NET,SHM,TOPO,BOOT,MOE or ALL; "
                        "a leading ^ excludes the listed ones."};
@@ -55,14 +54,15 @@ const Var kShmDir{"TRNCCL_SHM_DIR", Kind::kString, "/dev/shm",
 
 const std::vector<const Var*>& all() {
   static const std::vector<const Var*> vars = {
-      &kDebug,    &kDebugSubsys,  &kDebugFile,     &kTimeout,          &kSpinCount,
-      &kHostId,   &kBootstrapAddr, &kRank,         &kNranks,           &kUniqueId,
-      &kTransport, &kAlgo,         &kShmChunkBytes, &kShmRingSlots,    &kShmRingSlotBytes,
-      &kOneShotMaxBytes, &kShmDir};
+      &kDebug,         &kDebugSubsys,  &kDebugFile,        &kTimeout,         &kSpinCount, &kHostId,
+      &kBootstrapAddr, &kRank,         &kNranks,           &kUniqueId,        &kTransport, &kAlgo,
+      &kShmChunkBytes, &kShmRingSlots, &kShmRingSlotBytes, &kOneShotMaxBytes, &kShmDir};
   return vars;
 }
 
-bool isSet(const Var& var) { return std::getenv(var.name) != nullptr; }
+bool isSet(const Var& var) {
+  return std::getenv(var.name) != nullptr;
+}
 
 std::string getString(const Var& var) {
   const char* value = std::getenv(var.name);
@@ -84,9 +84,12 @@ Result<int64_t> getInt(const Var& var) {
   int64_t scale = 1;
   if (var.kind == Kind::kBytes && *end) {
     switch (*end) {
-      case 'k': case 'K': scale = 1LL << 10; break;
-      case 'm': case 'M': scale = 1LL << 20; break;
-      case 'g': case 'G': scale = 1LL << 30; break;
+      case 'k':
+      case 'K': scale = 1LL << 10; break;
+      case 'm':
+      case 'M': scale = 1LL << 20; break;
+      case 'g':
+      case 'G': scale = 1LL << 30; break;
       default: return badValue(var, value, "a byte count (e.g. 64K, 4M)");
     }
     ++end;
@@ -119,8 +122,8 @@ std::string describeAll() {
   for (const Var* var : all()) {
     const char* current = std::getenv(var->name);
     std::string shown = current ? std::string(" current=") + current : "";
-    out += strformat("%-26s default=%-10s%s\n    %s\n", var->name, var->defaultValue,
-                     shown.c_str(), var->doc);
+    out += strformat("%-26s default=%-10s%s\n    %s\n", var->name, var->defaultValue, shown.c_str(),
+                     var->doc);
   }
   return out;
 }

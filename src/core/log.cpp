@@ -2,12 +2,12 @@
 
 #include <unistd.h>
 
+#include <sys/syscall.h>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
-#include <sys/syscall.h>
 
 #include "core/env.hpp"
 #include "core/strformat.hpp"
@@ -31,14 +31,22 @@ unsigned parseSubsys(std::string list) {
     size_t comma = list.find(',', start);
     std::string item = list.substr(start, comma == std::string::npos ? comma : comma - start);
     for (auto& c : item) c = static_cast<char>(toupper(c));
-    if (item == "ALL") mask |= kAll;
-    else if (item == "INIT") mask |= kInit;
-    else if (item == "COLL") mask |= kColl;
-    else if (item == "NET") mask |= kNet;
-    else if (item == "SHM") mask |= kShm;
-    else if (item == "TOPO") mask |= kTopo;
-    else if (item == "BOOT") mask |= kBoot;
-    else if (item == "MOE") mask |= kMoe;
+    if (item == "ALL")
+      mask |= kAll;
+    else if (item == "INIT")
+      mask |= kInit;
+    else if (item == "COLL")
+      mask |= kColl;
+    else if (item == "NET")
+      mask |= kNet;
+    else if (item == "SHM")
+      mask |= kShm;
+    else if (item == "TOPO")
+      mask |= kTopo;
+    else if (item == "BOOT")
+      mask |= kBoot;
+    else if (item == "MOE")
+      mask |= kMoe;
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
@@ -50,10 +58,14 @@ Config& config() {
     Config c;
     std::string level = env::getString(env::kDebug);
     for (auto& ch : level) ch = static_cast<char>(toupper(ch));
-    if (level == "NONE") c.level = Level::kNone;
-    else if (level == "INFO") c.level = Level::kInfo;
-    else if (level == "TRACE") c.level = Level::kTrace;
-    else c.level = Level::kWarn;
+    if (level == "NONE")
+      c.level = Level::kNone;
+    else if (level == "INFO")
+      c.level = Level::kInfo;
+    else if (level == "TRACE")
+      c.level = Level::kTrace;
+    else
+      c.level = Level::kWarn;
     c.subsys = parseSubsys(env::getString(env::kDebugSubsys));
     gethostname(c.host, sizeof(c.host) - 1);
     std::string path = env::getString(env::kDebugFile);

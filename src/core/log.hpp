@@ -24,10 +24,9 @@ __attribute__((format(printf, 3, 4))) void write(Level level, unsigned subsys, c
 
 }  // namespace trnccl::log
 
-#define TRNCCL_LOG(level, subsys, ...)                                       \
-  do {                                                                       \
-    if (::trnccl::log::enabled(level, subsys))                               \
-      ::trnccl::log::write(level, subsys, __VA_ARGS__);                      \
+#define TRNCCL_LOG(level, subsys, ...)                                                           \
+  do {                                                                                           \
+    if (::trnccl::log::enabled(level, subsys)) ::trnccl::log::write(level, subsys, __VA_ARGS__); \
   } while (0)
 #define TRNCCL_WARN(subsys, ...) TRNCCL_LOG(::trnccl::log::Level::kWarn, subsys, __VA_ARGS__)
 #define TRNCCL_INFO(subsys, ...) TRNCCL_LOG(::trnccl::log::Level::kInfo, subsys, __VA_ARGS__)

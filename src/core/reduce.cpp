@@ -29,6 +29,8 @@ void reduce(const ReduceArgs& args) {
   chosen().fn(args);
 }
 
-const char* reduceKernelIsa() { return chosen().name; }
+const char* reduceKernelIsa() {
+  return chosen().name;
+}
 
 }  // namespace trnccl

@@ -8,9 +8,15 @@
 
 namespace trnccl {
 namespace kernels {
-namespace generic { void reduce(const ReduceArgs& args); }
-namespace avx2 { void reduce(const ReduceArgs& args); }
-namespace avx512 { void reduce(const ReduceArgs& args); }
+namespace generic {
+void reduce(const ReduceArgs& args);
+}
+namespace avx2 {
+void reduce(const ReduceArgs& args);
+}
+namespace avx512 {
+void reduce(const ReduceArgs& args);
+}
 }  // namespace kernels
 
 struct KernelVariant {

@@ -52,7 +52,7 @@ __attribute__((format(printf, 2, 3))) Status makeError(Code code, const char* fm
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : value_(std::move(status)) {}  // NOLINT
   bool isOk() const { return std::holds_alternative<T>(value_); }
   T& value() { return std::get<T>(value_); }
@@ -65,8 +65,8 @@ class [[nodiscard]] Result {
 
 }  // namespace trnccl
 
-#define TRNCCL_RETURN_IF_ERROR(expr)          \
-  do {                                        \
-    ::trnccl::Status status_ = (expr);        \
-    if (!status_.isOk()) return status_;      \
+#define TRNCCL_RETURN_IF_ERROR(expr)     \
+  do {                                   \
+    ::trnccl::Status status_ = (expr);   \
+    if (!status_.isOk()) return status_; \
   } while (0)

@@ -52,12 +52,11 @@ Result<bool> Operation::progress(ExecContext& ctx) {
 
 Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
   switch (step.kind) {
-    case StepKind::kCopy:
-      std::memcpy(step.dst, step.src, step.bytes);
-      return true;
+    case StepKind::kCopy: std::memcpy(step.dst, step.src, step.bytes); return true;
     case StepKind::kReduce: {
-      ReduceArgs args{schedule_->dtype, schedule_->op, step.dst, &schedule_->pointers[step.first],
-                      static_cast<int>(step.n), step.bytes, step.avgDivisor};
+      ReduceArgs args{
+          schedule_->dtype,         schedule_->op, step.dst,       &schedule_->pointers[step.first],
+          static_cast<int>(step.n), step.bytes,    step.avgDivisor};
       reduce(args);
       return true;
     }
@@ -96,15 +95,15 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       shm::RankArea* mine = ctx.segment->rankArea(ctx.localRank);
       const shm::OpDescriptor& d = schedule_->descriptor;
       mine->descriptors[d.seq % shm::kDescriptorSlots] = d;
-      mine->signatures[d.seq % shm::kSignatureSlots].store(callSignature(d), std::memory_order_release);
+      mine->signatures[d.seq % shm::kSignatureSlots].store(callSignature(d),
+                                                           std::memory_order_release);
       return true;  // the next post publishes it
     }
-    case StepKind::kCheckDescriptors:
-      TRNCCL_RETURN_IF_ERROR(checkDescriptors(ctx));
-      return true;
+    case StepKind::kCheckDescriptors: TRNCCL_RETURN_IF_ERROR(checkDescriptors(ctx)); return true;
     case StepKind::kLLWrite: {
       shm::LLLine* lines = ctx.segment->rankArea(ctx.localRank)->ll[step.first];
-      size_t nlines = std::max<size_t>(1, (step.bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
+      size_t nlines =
+          std::max<size_t>(1, (step.bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
       for (size_t l = 0; l < nlines; ++l) {
         size_t offset = l * shm::kLLPayloadBytes;
         size_t len = offset < step.bytes ? std::min(shm::kLLPayloadBytes, step.bytes - offset) : 0;
@@ -116,7 +115,8 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
     case StepKind::kLLReduce: {
       const size_t esize = dtypeSize(schedule_->dtype);
       const size_t bytes = step.bytes * esize;
-      const size_t nlines = std::max<size_t>(1, (bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
+      const size_t nlines =
+          std::max<size_t>(1, (bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
       auto ready = llReady(ctx, step, nlines);
       if (!ready.isOk() || !ready.value()) return ready;
       const int localSize = static_cast<int>(ctx.globalOfLocal.size());
@@ -131,8 +131,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       }
       return true;
     }
-    case StepKind::kLLWait:
-      return llReady(ctx, step, 1);
+    case StepKind::kLLWait: return llReady(ctx, step, 1);
     case StepKind::kCallback: {
       int localSize = static_cast<int>(ctx.globalOfLocal.size());
       ScheduleBuilder builder(*schedule_, ctx.windows, localSize);
@@ -170,14 +169,14 @@ static std::string describeCall(const shm::OpDescriptor& d) {
 
 static Status mismatchError(const ExecContext& ctx, const shm::OpDescriptor& mine,
                             const shm::OpDescriptor& theirs, int peerLocal) {
-  return makeError(Code::kInvalidUsage,
-                   "mismatched calls as operation #%llu of this communicator: rank %d called %s "
-                   "but rank %d called %s; every rank must make the same collective calls in "
-                   "the same order with the same count, type, op and root",
-                   static_cast<unsigned long long>(mine.seq), ctx.rank, describeCall(mine).c_str(),
-                   ctx.globalOfLocal[peerLocal],
-                   theirs.seq == mine.seq ? describeCall(theirs).c_str()
-                                          : "a different sequence of operations");
+  return makeError(
+      Code::kInvalidUsage,
+      "mismatched calls as operation #%llu of this communicator: rank %d called %s "
+      "but rank %d called %s; every rank must make the same collective calls in "
+      "the same order with the same count, type, op and root",
+      static_cast<unsigned long long>(mine.seq), ctx.rank, describeCall(mine).c_str(),
+      ctx.globalOfLocal[peerLocal],
+      theirs.seq == mine.seq ? describeCall(theirs).c_str() : "a different sequence of operations");
 }
 
 Status Operation::probeMismatch(const ExecContext& ctx, int peerLocal) const {
@@ -186,7 +185,8 @@ Status Operation::probeMismatch(const ExecContext& ctx, int peerLocal) const {
   shm::RankArea* area = ctx.segment->rankArea(peerLocal);
   // The peer may be publishing right now: only a descriptor whose own signature equals the
   // signature read before it is a consistent snapshot worth judging.
-  uint64_t published = area->signatures[mine.seq % shm::kSignatureSlots].load(std::memory_order_acquire);
+  uint64_t published =
+      area->signatures[mine.seq % shm::kSignatureSlots].load(std::memory_order_acquire);
   shm::OpDescriptor theirs = area->descriptors[mine.seq % shm::kDescriptorSlots];
   if (theirs.seq != mine.seq || callSignature(theirs) != published) return Status::ok();
   if (published == callSignature(mine)) return Status::ok();
@@ -200,7 +200,8 @@ Status Operation::checkDescriptors(const ExecContext& ctx) {
   for (int peer = 0; peer < localSize; ++peer) {
     if (peer == ctx.localRank) continue;
     shm::RankArea* area = ctx.segment->rankArea(peer);
-    if (area->signatures[mine.seq % shm::kSignatureSlots].load(std::memory_order_acquire) == signature)
+    if (area->signatures[mine.seq % shm::kSignatureSlots].load(std::memory_order_acquire) ==
+        signature)
       continue;
     const shm::OpDescriptor& theirs =
         ctx.segment->rankArea(peer)->descriptors[mine.seq % shm::kDescriptorSlots];

@@ -18,18 +18,18 @@
 namespace trnccl {
 
 enum class StepKind : uint8_t {
-  kCopy,              // memcpy(dst, src, bytes); src may be a peer's window
-  kReduce,            // reduce(pointers[first..first+n]) into dst
-  kPost,              // my progress counter = value (release)
-  kWaitPeers,         // every local peer in peers[first..first+n] has counter >= value
-  kSend,              // message to a peer through its transport
-  kRecv,              // message from a peer, copied or reduced as it lands
-  kPublishDescriptor, // write this op's descriptor where peers can read it
-  kCheckDescriptors,  // compare peers' descriptors with ours (after they posted)
-  kCallback,          // runs callbacks[first], which may append steps (data-dependent plans)
-  kLLWrite,           // src/bytes into my LL lines of slot `first`, tagged `value`
-  kLLReduce,          // once every rank's lines carry `value`: reduce them into dst
-  kLLWait,            // once every rank's first line carries `value` (a barrier)
+  kCopy,               // memcpy(dst, src, bytes); src may be a peer's window
+  kReduce,             // reduce(pointers[first..first+n]) into dst
+  kPost,               // my progress counter = value (release)
+  kWaitPeers,          // every local peer in peers[first..first+n] has counter >= value
+  kSend,               // message to a peer through its transport
+  kRecv,               // message from a peer, copied or reduced as it lands
+  kPublishDescriptor,  // write this op's descriptor where peers can read it
+  kCheckDescriptors,   // compare peers' descriptors with ours (after they posted)
+  kCallback,           // runs callbacks[first], which may append steps (data-dependent plans)
+  kLLWrite,            // src/bytes into my LL lines of slot `first`, tagged `value`
+  kLLReduce,           // once every rank's lines carry `value`: reduce them into dst
+  kLLWait,             // once every rank's first line carries `value` (a barrier)
 };
 
 // kWaitPeers with first == kAllPeers waits for local ranks 0..n-1 (no peer list needed).
@@ -40,11 +40,11 @@ struct Step {
   uint32_t group = 0;
   const void* src = nullptr;
   void* dst = nullptr;
-  size_t bytes = 0;          // kCopy bytes, kReduce element count
-  uint32_t first = 0;        // index into pointers / peers / callbacks
+  size_t bytes = 0;    // kCopy bytes, kReduce element count
+  uint32_t first = 0;  // index into pointers / peers / callbacks
   uint32_t n = 0;
-  uint64_t value = 0;        // kPost / kWaitPeers absolute counter value
-  int avgDivisor = 0;        // kReduce
+  uint64_t value = 0;  // kPost / kWaitPeers absolute counter value
+  int avgDivisor = 0;  // kReduce
 };  // kSend / kRecv keep their TransferOp in Schedule::transfers[first]: steps stay small
 
 // Hash of what a call is (kind, type, op, root, count) and its sequence number; peers compare
@@ -80,7 +80,7 @@ struct Schedule {
 
   std::vector<Step> steps;
   std::vector<const void*> pointers;
-  std::vector<int> peers;  // local indices for kWaitPeers
+  std::vector<int> peers;             // local indices for kWaitPeers
   std::vector<TransferOp> transfers;  // kSend / kRecv state
   std::vector<std::function<Status(ScheduleBuilder&)>> callbacks;
   std::vector<uint8_t> stepDone;  // executor state, one flag per step

@@ -72,8 +72,10 @@ std::vector<RankOutcome> runRanks(int nranks, const RankBody& body, double timeo
       }
       trncclUniqueId id;
       std::string failures;
-      if (!readAll(idPipe[0], &id, sizeof(id))) failures = "could not read the unique id";
-      else failures = body(r, nranks, id);
+      if (!readAll(idPipe[0], &id, sizeof(id)))
+        failures = "could not read the unique id";
+      else
+        failures = body(r, nranks, id);
       writeAll(resultPipe[1], failures.data(), failures.size());
       ::close(resultPipe[1]);
       std::fflush(nullptr);
@@ -105,7 +107,8 @@ std::vector<RankOutcome> runRanks(int nranks, const RankBody& body, double timeo
         which.push_back(r);
       }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now()).count();
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
     if (left <= 0) break;
     int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left, 1000)));
     if (rc <= 0) continue;
@@ -141,9 +144,12 @@ std::string summarize(const std::vector<RankOutcome>& outcomes) {
   for (const RankOutcome& o : outcomes) {
     if (o.exitCode == 0 && o.failures.empty() && !o.timedOut) continue;
     text += "rank " + std::to_string(o.rank);
-    if (o.timedOut) text += " timed out (killed)";
-    else if (o.signal) text += " died of signal " + std::to_string(o.signal);
-    else text += " exited " + std::to_string(o.exitCode);
+    if (o.timedOut)
+      text += " timed out (killed)";
+    else if (o.signal)
+      text += " died of signal " + std::to_string(o.signal);
+    else
+      text += " exited " + std::to_string(o.exitCode);
     if (!o.failures.empty()) text += ":\n" + o.failures;
     text += "\n";
   }

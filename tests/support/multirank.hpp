@@ -13,7 +13,7 @@ namespace trnccl::testing {
 
 struct RankOutcome {
   int rank = 0;
-  int exitCode = -1;   // -1 when killed by a signal
+  int exitCode = -1;  // -1 when killed by a signal
   int signal = 0;
   bool timedOut = false;
   std::string failures;  // what the body reported

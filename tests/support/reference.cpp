@@ -44,7 +44,8 @@ int64_t smallValue(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t i,
       static const int64_t unsignedChoices[4] = {1, 1, 1, 2};
       return (isUnsigned ? unsignedChoices : signedChoices)[h & 3];
     }
-    case trncclMax: case trncclMin:
+    case trncclMax:
+    case trncclMin:
       return isUnsigned ? static_cast<int64_t>(h % 201) : static_cast<int64_t>(h % 201) - 100;
     default:  // sum, avg
       return isUnsigned ? static_cast<int64_t>(h % 5) : static_cast<int64_t>(h % 5) - 2;
@@ -91,10 +92,26 @@ void reduceInts(const std::vector<const Bytes*>& inputs, size_t offset, size_t c
 
 double loadFloat(const char* p, trncclDataType_t dtype) {
   switch (dtype) {
-    case trncclFloat16: { _Float16 h; std::memcpy(&h, p, 2); return static_cast<double>(h); }
-    case trncclBfloat16: { uint16_t h; std::memcpy(&h, p, 2); return fromBf16(h); }
-    case trncclFloat32: { float f; std::memcpy(&f, p, 4); return f; }
-    default: { double d; std::memcpy(&d, p, 8); return d; }
+    case trncclFloat16: {
+      _Float16 h;
+      std::memcpy(&h, p, 2);
+      return static_cast<double>(h);
+    }
+    case trncclBfloat16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return fromBf16(h);
+    }
+    case trncclFloat32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    default: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
   }
 }
 
@@ -153,17 +170,37 @@ void reduceFloats(trncclDataType_t dtype, const std::vector<const Bytes*>& input
                   size_t count, trncclRedOp_t op, char* out) {
   switch (dtype) {
     case trncclFloat16:
-      return reduceFloatsWith([](const char* p) { _Float16 h; std::memcpy(&h, p, 2); return static_cast<double>(h); },
-                              dtype, inputs, offset, count, op, out);
+      return reduceFloatsWith(
+          [](const char* p) {
+            _Float16 h;
+            std::memcpy(&h, p, 2);
+            return static_cast<double>(h);
+          },
+          dtype, inputs, offset, count, op, out);
     case trncclBfloat16:
-      return reduceFloatsWith([](const char* p) { uint16_t h; std::memcpy(&h, p, 2); return static_cast<double>(fromBf16(h)); },
-                              dtype, inputs, offset, count, op, out);
+      return reduceFloatsWith(
+          [](const char* p) {
+            uint16_t h;
+            std::memcpy(&h, p, 2);
+            return static_cast<double>(fromBf16(h));
+          },
+          dtype, inputs, offset, count, op, out);
     case trncclFloat32:
-      return reduceFloatsWith([](const char* p) { float f; std::memcpy(&f, p, 4); return static_cast<double>(f); },
-                              dtype, inputs, offset, count, op, out);
+      return reduceFloatsWith(
+          [](const char* p) {
+            float f;
+            std::memcpy(&f, p, 4);
+            return static_cast<double>(f);
+          },
+          dtype, inputs, offset, count, op, out);
     default:
-      return reduceFloatsWith([](const char* p) { double d; std::memcpy(&d, p, 8); return d; },
-                              dtype, inputs, offset, count, op, out);
+      return reduceFloatsWith(
+          [](const char* p) {
+            double d;
+            std::memcpy(&d, p, 8);
+            return d;
+          },
+          dtype, inputs, offset, count, op, out);
   }
 }
 
@@ -171,15 +208,21 @@ void reduceFloats(trncclDataType_t dtype, const std::vector<const Bytes*>& input
 
 size_t typeSize(trncclDataType_t dtype) {
   switch (dtype) {
-    case trncclInt8: case trncclUint8: case trncclFloat8e4m3: case trncclFloat8e5m2: return 1;
-    case trncclFloat16: case trncclBfloat16: return 2;
-    case trncclInt32: case trncclUint32: case trncclFloat32: return 4;
+    case trncclInt8:
+    case trncclUint8:
+    case trncclFloat8e4m3:
+    case trncclFloat8e5m2: return 1;
+    case trncclFloat16:
+    case trncclBfloat16: return 2;
+    case trncclInt32:
+    case trncclUint32:
+    case trncclFloat32: return 4;
     default: return 8;
   }
 }
 
 const char* typeName(trncclDataType_t dtype) {
-  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
+  static const char* names[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",   "uint64",
                                 "float16", "float32", "float64", "bfloat16", "fp8e4m3", "fp8e5m2"};
   return dtype >= 0 && dtype < trncclNumTypes ? names[dtype] : "?";
 }
@@ -194,14 +237,15 @@ void makeInput(Bytes& out, trncclDataType_t dtype, trncclRedOp_t op, int rank, s
   makeInputRange(out, dtype, op, rank, 0, count, salt);
 }
 
-void makeInputRange(Bytes& out, trncclDataType_t dtype, trncclRedOp_t op, int rank,
-                    size_t begin, size_t count, uint64_t salt) {
+void makeInputRange(Bytes& out, trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t begin,
+                    size_t count, uint64_t salt) {
   out.resize(count * typeSize(dtype));
   char* p = out.data();
   switch (dtype) {
     case trncclInt8: fillTyped<int8_t>(p, dtype, op, rank, begin, count, salt); break;
-    case trncclUint8: case trncclFloat8e4m3: case trncclFloat8e5m2:
-      fillTyped<uint8_t>(p, trncclUint8, op, rank, begin, count, salt); break;
+    case trncclUint8:
+    case trncclFloat8e4m3:
+    case trncclFloat8e5m2: fillTyped<uint8_t>(p, trncclUint8, op, rank, begin, count, salt); break;
     case trncclInt32: fillTyped<int32_t>(p, dtype, op, rank, begin, count, salt); break;
     case trncclUint32: fillTyped<uint32_t>(p, dtype, op, rank, begin, count, salt); break;
     case trncclInt64: fillTyped<int64_t>(p, dtype, op, rank, begin, count, salt); break;
@@ -252,8 +296,9 @@ std::string elementText(const void* data, size_t index, trncclDataType_t dtype) 
   const char* p = static_cast<const char*>(data) + index * typeSize(dtype);
   switch (dtype) {
     case trncclInt8: return std::to_string(*reinterpret_cast<const int8_t*>(p));
-    case trncclUint8: case trncclFloat8e4m3: case trncclFloat8e5m2:
-      return std::to_string(*reinterpret_cast<const uint8_t*>(p));
+    case trncclUint8:
+    case trncclFloat8e4m3:
+    case trncclFloat8e5m2: return std::to_string(*reinterpret_cast<const uint8_t*>(p));
     case trncclInt32: return std::to_string(*reinterpret_cast<const int32_t*>(p));
     case trncclUint32: return std::to_string(*reinterpret_cast<const uint32_t*>(p));
     case trncclInt64: return std::to_string(*reinterpret_cast<const int64_t*>(p));

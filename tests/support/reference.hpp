@@ -23,8 +23,8 @@ void makeInput(Bytes& out, trncclDataType_t dtype, trncclRedOp_t op, int rank, s
                uint64_t salt);
 // Elements [begin, begin + count) of the same sequence (so ranks build only the slices of
 // their peers' inputs that they need to check).
-void makeInputRange(Bytes& out, trncclDataType_t dtype, trncclRedOp_t op, int rank,
-                    size_t begin, size_t count, uint64_t salt);
+void makeInputRange(Bytes& out, trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t begin,
+                    size_t count, uint64_t salt);
 
 // Random non-integer floats, for checks that need rounding to happen (bitwise equality).
 Bytes makeRandomFloats(int rank, size_t count, uint64_t salt);

@@ -46,22 +46,24 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
     size_t total = layout(wanted, &rankAreaBytes, &ringBytes);
     fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
-      return makeError(Code::kSystemError, "cannot create shared-memory segment %s: %s "
-                       "(TRNCCL_SHM_DIR must be a writable tmpfs)", path_.c_str(),
-                       strerror(errno));
+      return makeError(Code::kSystemError,
+                       "cannot create shared-memory segment %s: %s "
+                       "(TRNCCL_SHM_DIR must be a writable tmpfs)",
+                       path_.c_str(), strerror(errno));
     if (::ftruncate(fd, static_cast<off_t>(total)) != 0) {
       int err = errno;
       ::close(fd);
       ::unlink(path_.c_str());
-      return makeError(Code::kSystemError, "cannot size shared-memory segment %s to %zu bytes: "
-                       "%s (is %s full?)", path_.c_str(), total, strerror(err), dir.c_str());
+      return makeError(Code::kSystemError,
+                       "cannot size shared-memory segment %s to %zu bytes: "
+                       "%s (is %s full?)",
+                       path_.c_str(), total, strerror(err), dir.c_str());
     }
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
     if (p == MAP_FAILED) {
       ::unlink(path_.c_str());
-      return makeError(Code::kSystemError, "mmap of %s failed: %s", path_.c_str(),
-                       strerror(errno));
+      return makeError(Code::kSystemError, "mmap of %s failed: %s", path_.c_str(), strerror(errno));
     }
     base_ = static_cast<char*>(p);
     mappedBytes_ = total;
@@ -82,7 +84,7 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
     while (true) {
       fd = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
       if (fd >= 0) {
-        struct stat st{};
+        struct stat st {};
         if (fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(sizeof(SegmentHeader))) {
           void* p = mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
           if (p != MAP_FAILED) {
@@ -102,8 +104,10 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
       }
       if (deadline.expired()) {
         ::unlink(path_.c_str());
-        return makeError(Code::kTimeout, "shared-memory segment %s was not created by local "
-                         "rank 0 in time (TRNCCL_TIMEOUT)", path_.c_str());
+        return makeError(Code::kTimeout,
+                         "shared-memory segment %s was not created by local "
+                         "rank 0 in time (TRNCCL_TIMEOUT)",
+                         path_.c_str());
       }
       if (Status alive = peersAlive(); !alive.isOk()) {
         ::unlink(path_.c_str());
@@ -119,10 +123,10 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
   }
   // Wait for the others, so that a rank dying before it maps the segment cannot strand it.
   while (header_->attached.load(std::memory_order_acquire) < header_->params.localSize) {
-    Status problem = deadline.expired()
-                         ? makeError(Code::kTimeout, "not every local rank mapped the shared-"
-                                     "memory segment in time (TRNCCL_TIMEOUT)")
-                         : peersAlive();
+    Status problem = deadline.expired() ? makeError(Code::kTimeout,
+                                                    "not every local rank mapped the shared-"
+                                                    "memory segment in time (TRNCCL_TIMEOUT)")
+                                        : peersAlive();
     if (!problem.isOk()) {
       ::unlink(path_.c_str());
       return problem;
@@ -138,8 +142,8 @@ RankArea* Segment::rankArea(int localRank) const {
 }
 
 uint64_t* Segment::sendBytesTable(int localRank, uint64_t seq) const {
-  auto* table = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(rankArea(localRank)) +
-                                            sizeof(RankArea));
+  auto* table =
+      reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(rankArea(localRank)) + sizeof(RankArea));
   return table + (seq % kDescriptorSlots) * header_->params.localSize;
 }
 

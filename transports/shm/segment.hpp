@@ -119,8 +119,7 @@ class Segment {
   int abortRank() const { return header_->abortRank; }
 
  private:
-  static size_t layout(const SegmentParams& params, uint64_t* rankAreaBytes,
-                       uint64_t* ringBytes);
+  static size_t layout(const SegmentParams& params, uint64_t* rankAreaBytes, uint64_t* ringBytes);
   char* base_ = nullptr;
   size_t mappedBytes_ = 0;
   SegmentHeader* header_ = nullptr;

@@ -6,8 +6,11 @@
 namespace trnccl::shm {
 
 ShmTransport::ShmTransport(Segment& segment, int myRank, std::vector<int> localOfRank)
-    : segment_(segment), myRank_(myRank), localOfRank_(std::move(localOfRank)),
-      activeSend_(localOfRank_.size(), nullptr), activeRecv_(localOfRank_.size(), nullptr) {
+    : segment_(segment),
+      myRank_(myRank),
+      localOfRank_(std::move(localOfRank)),
+      activeSend_(localOfRank_.size(), nullptr),
+      activeRecv_(localOfRank_.size(), nullptr) {
   myLocal_ = localOfRank_[myRank];
 }
 
@@ -57,9 +60,10 @@ Result<bool> ShmTransport::progressRecv(TransferOp& op) {
     }
     if (header.offset != op.done) {
       activeRecv_[op.peer] = nullptr;
-      return makeError(Code::kInternalError, "shm ring from rank %d out of order (offset %llu, "
-                       "expected %zu)", op.peer, static_cast<unsigned long long>(header.offset),
-                       op.done);
+      return makeError(Code::kInternalError,
+                       "shm ring from rank %d out of order (offset %llu, "
+                       "expected %zu)",
+                       op.peer, static_cast<unsigned long long>(header.offset), op.done);
     }
     if (header.fragmentBytes) {
       applyRecvAction(op, op.done, slot + Segment::kSlotHeaderBytes, header.fragmentBytes);
