@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "core/dtype.hpp"
@@ -112,6 +113,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   TRNCCL_RETURN_IF_ERROR(oneShot.status());
   auto parsedAlgo = parseAlgoOverrides(options.algorithm.empty() ? env::getString(env::kAlgo)
                                                                  : options.algorithm);
+  // (Every rank must plan alike: the segment's creator checks TRNCCL_ALGO agrees, below.)
   TRNCCL_RETURN_IF_ERROR(parsedAlgo.status());
 
   topology::HostIdentity host = topology::localHostIdentity();
@@ -154,6 +156,9 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   params.windowBytes = (windowBytes.value() + 4095) / 4096 * 4096;
   params.ringSlots = static_cast<uint32_t>(ringSlots.value());
   params.ringSlotBytes = (ringSlotBytes.value() + 63) / 64 * 64;
+  params.oneShotMaxBytes = oneShot.value();
+  std::string algoText = options.algorithm.empty() ? env::getString(env::kAlgo) : options.algorithm;
+  params.algorithmHash = std::hash<std::string>{}(algoText);
   bootstrap::UniqueIdData idData = bootstrap::parseUniqueId(id).value();
   std::string segmentName =
       strformat("trnccl-%016llx-%016llx", static_cast<unsigned long long>(idData.nonce),
@@ -189,7 +194,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   view.allLocal = layout_.nnodes == 1;
   view.segment = &segment_;
   view.windowBytes = segment_.params().windowBytes;  // the creator's values bind everyone
-  view.oneShotMaxBytes = oneShot.value();
+  view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;
   planner_ = std::make_unique<Planner>(view, parsedAlgo.value());
 
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());

@@ -232,7 +232,7 @@ TEST_P(Collectives, AllToAllv) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
     std::vector<size_t> scales = {0, 1, 7, 1023};
     if (!quickMode()) scales.push_back(100003);
-    for (auto t : {trncclInt8, trncclFloat16, trncclFloat32, trncclFloat64, trncclBfloat16})
+    for (auto t : allTypes())
       for (size_t scale : scales) {
         size_t esize = typeSize(t);
         auto layout = [&](int src, std::vector<size_t>& counts, std::vector<size_t>& displs,

@@ -249,6 +249,22 @@ TEST(Rendezvous, MissingRankTimesOutListingIt) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+TEST(Rendezvous, DifferentAlgorithmSettingsFailInit) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    if (rank == 1) setenv("TRNCCL_ALGO", "ring", 1);
+    Failures f;
+    trncclComm_t comm = nullptr;
+    trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+    std::string text = trncclGetLastError(nullptr);
+    if (rc != trncclInvalidUsage)
+      f.add("rank %d: init returned %s: %s", rank, trncclGetErrorString(rc), text.c_str());
+    if (!contains(text, "TRNCCL_ALGO"))
+      f.add("rank %d: '%s' does not name TRNCCL_ALGO", rank, text.c_str());
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
 TEST(Rendezvous, StrayConnectionsAreRejected) {
   auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
     if (rank == 0) {

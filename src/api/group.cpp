@@ -5,6 +5,7 @@
 
 #include <sched.h>
 
+#include <memory>
 #include <vector>
 
 using trnccl::Code;
@@ -59,6 +60,17 @@ extern "C" trncclResult_t trncclGroupEnd(void) {
     std::shared_ptr<trnccl::Operation> op;
   };
   std::vector<Launched> launched;
+  // Like every call, a group counts as in progress on each of its communicators, so that
+  // trncclCommAbort from another thread waits for it to return.
+  std::vector<std::unique_ptr<trnccl::api::CallGuard>> guards;
+  for (const auto& call : calls) {
+    bool seen = false;
+    for (const auto& other : calls) {
+      if (&other == &call) break;
+      seen = seen || other.comm == call.comm;
+    }
+    if (!seen) guards.push_back(std::make_unique<trnccl::api::CallGuard>(call.comm));
+  }
   trncclResult_t result = trncclSuccess;
   size_t i = 0;
   while (i < calls.size() && result == trncclSuccess) {

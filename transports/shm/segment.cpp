@@ -116,6 +116,15 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
+  if (header_->params.algorithmHash != wanted.algorithmHash) {
+    Status mismatch = makeError(Code::kInvalidUsage,
+                                "local rank %d's TRNCCL_ALGO (or config algorithm) differs from "
+                                "local rank 0's; every rank must use the same algorithm settings",
+                                localRank);
+    raiseAbort(mismatch.code(), localRank, mismatch.message());  // the others fail init too
+    header_->attached.fetch_add(1);  // counted, so nobody waits for this rank
+    return mismatch;
+  }
   uint32_t count = header_->attached.fetch_add(1) + 1;
   if (count == header_->params.localSize) {
     ::unlink(path_.c_str());  // everyone has it mapped: the name is no longer needed
@@ -133,6 +142,9 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+  if (aborted())
+    return makeError(Code::kInvalidUsage, "initialisation failed on another local rank: %s",
+                     abortReason().c_str());
   return Status::ok();
 }
 

@@ -34,6 +34,10 @@ struct SegmentParams {
   uint32_t ringSlots = 8;
   uint64_t ringSlotBytes = 64 << 10;
   uint64_t windowBytes = 256 << 10;  // per window slot
+  // Settings every local rank must share for the algorithms to agree step by step: the
+  // creator's values bind (oneShotMaxBytes), or are compared at attach (algorithmHash).
+  uint64_t oneShotMaxBytes = 16 << 10;
+  uint64_t algorithmHash = 0;
 };
 
 struct alignas(64) SegmentHeader {
