@@ -32,6 +32,7 @@ struct CommView {
   shm::Segment* segment = nullptr;
   size_t windowBytes = 0;  // per window slot
   size_t oneShotMaxBytes = 0;
+  size_t llMaxBytes = 0;  // small-message lines (at most shm::kLLMaxBytes)
   char* window(int rank, int slot) const { return segment->window(rank, slot); }
 };
 

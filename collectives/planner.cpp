@@ -119,7 +119,7 @@ std::string Planner::planTable() const {
     table += strformat("%s%s=%s", table.empty() ? "" : " ", collName(kind),
                        algo.isOk() ? algorithmName(algo.value()) : "invalid");
     if (kind == CollKind::kAllReduce && algo.isOk() && algo.value() == Algorithm::kDirect)
-      table += strformat("(lines<=%zuB,one-shot<=%zuB,two-shot above)", shm::kLLMaxBytes,
+      table += strformat("(lines<=%zuB,one-shot<=%zuB,two-shot above)", view_.llMaxBytes,
                          view_.oneShotMaxBytes);
   }
   return table;

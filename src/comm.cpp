@@ -111,6 +111,8 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   TRNCCL_RETURN_IF_ERROR(ringSlotBytes.status());
   auto oneShot = bytesSetting(env::kOneShotMaxBytes, 0, 1LL << 30);
   TRNCCL_RETURN_IF_ERROR(oneShot.status());
+  auto llMax = bytesSetting(env::kLLMaxBytes, 0, shm::kLLMaxBytes);
+  TRNCCL_RETURN_IF_ERROR(llMax.status());
   auto parsedAlgo = parseAlgoOverrides(options.algorithm.empty() ? env::getString(env::kAlgo)
                                                                  : options.algorithm);
   // (Every rank must plan alike: the segment's creator checks TRNCCL_ALGO agrees, below.)
@@ -157,6 +159,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   params.ringSlots = static_cast<uint32_t>(ringSlots.value());
   params.ringSlotBytes = (ringSlotBytes.value() + 63) / 64 * 64;
   params.oneShotMaxBytes = oneShot.value();
+  params.llMaxBytes = llMax.value();
   std::string algoText = options.algorithm.empty() ? env::getString(env::kAlgo) : options.algorithm;
   params.algorithmHash = std::hash<std::string>{}(algoText);
   bootstrap::UniqueIdData idData = bootstrap::parseUniqueId(id).value();
@@ -195,6 +198,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   view.segment = &segment_;
   view.windowBytes = segment_.params().windowBytes;  // the creator's values bind everyone
   view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;
+  view.llMaxBytes = segment_.params().llMaxBytes;
   planner_ = std::make_unique<Planner>(view, parsedAlgo.value());
 
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());

@@ -300,6 +300,42 @@ TEST(Determinism, AllReduceBitwiseEqualOnEveryRankAndRun) {
   }
 }
 
+TEST(SmallMessages, EveryLineCountOfTheSmallMessageProtocol) {
+  // The sweep covers one and two lines (the default threshold); here every line count up to
+  // the protocol's 16, with every type and op, against the reference.
+  auto outcomes = runRanks(3, [](int rank, int n, const trncclUniqueId& id) {
+    setenv("TRNCCL_LL_MAX_BYTES", "896", 1);
+    trncclComm_t comm;
+    std::string error = initComm(&comm, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    std::vector<Bytes> inputs(n);
+    std::vector<const Bytes*> ptrs;
+    for (auto& b : inputs) ptrs.push_back(&b);
+    Bytes want, out;
+    for (auto t : reducibleTypes())
+      for (auto op : allOps())
+        for (size_t bytes = typeSize(t); bytes <= 896; bytes += 56 + typeSize(t)) {
+          size_t count = bytes / typeSize(t);
+          for (int q = 0; q < n; ++q) makeInput(inputs[q], t, op, q, count, bytes);
+          reduceReference(want, t, op, ptrs, 0, count);
+          out.assign(count * typeSize(t), 0);
+          if (trncclAllReduce(inputs[rank].data(), out.data(), count, t, op, comm) !=
+              trncclSuccess) {
+            f.add("all-reduce of %zu bytes failed: %s", bytes, trncclGetLastError(comm));
+            return f.text();
+          }
+          expectSame(f,
+                     std::string("small ") + typeName(t) + " " + opName(op) + " " +
+                         std::to_string(bytes) + " B",
+                     out.data(), want.data(), count, t);
+        }
+    trncclCommDestroy(comm);
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
 TEST(LargeMessages, AllReduce64MiB) {
   for (const char* algo : {"direct", "ring"}) {
     std::string algorithm = algo;

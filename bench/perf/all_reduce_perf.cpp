@@ -22,6 +22,14 @@ size_t inPlaceOffset(const PerfCall&, size_t) {
   return 0;
 }
 
+trncclResult_t runAsync(const PerfCall& c, const void* send, void* recv, trncclRequest_t* request) {
+  return trncclAllReduceAsync(send, recv, c.count, c.dtype, c.op, c.comm, request);
+}
+
+int runMpi(const PerfCall& c, const void* send, void* recv, MPI_Datatype type, MPI_Op op) {
+  return MPI_Allreduce(send, recv, static_cast<int>(c.count), type, op, MPI_COMM_WORLD);
+}
+
 void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& want) {
   size_t esize = send.size() / (c.count ? c.count : 1);
   trnccl::bench::fillRank(c.dtype, c.op, c.rank, c.count, send.data());
@@ -35,6 +43,6 @@ void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& wan
 
 int main(int argc, char** argv) {
   static const trnccl::bench::PerfCollective allReduce = {
-      "all_reduce", true, false, shape, busFactor, run, inPlaceOffset, expected};
+      "all_reduce", true, false, shape, busFactor, run, runAsync, inPlaceOffset, expected, runMpi};
   return trnccl::bench::perfMain(argc, argv, allReduce);
 }

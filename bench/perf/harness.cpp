@@ -14,6 +14,7 @@
 #include "core/dtype.hpp"
 #include "core/env.hpp"
 #include "perf/check_data.hpp"
+#include "perf/launch.hpp"
 
 namespace trnccl::bench {
 namespace {
@@ -29,8 +30,33 @@ struct Options {
   int root = 0;
   int blocking = 1;
   int average = 3;  // 0 rank 0, 1 avg, 2 min, 3 max (slowest rank, the honest default)
+  int sideBySide = 0;
   std::string json;
 };
+
+bool mpiTypeOf(trncclDataType_t t, MPI_Datatype* out) {
+  switch (t) {
+    case trncclInt8: *out = MPI_INT8_T; return true;
+    case trncclUint8: *out = MPI_UINT8_T; return true;
+    case trncclInt32: *out = MPI_INT32_T; return true;
+    case trncclUint32: *out = MPI_UINT32_T; return true;
+    case trncclInt64: *out = MPI_INT64_T; return true;
+    case trncclUint64: *out = MPI_UINT64_T; return true;
+    case trncclFloat32: *out = MPI_FLOAT; return true;
+    case trncclFloat64: *out = MPI_DOUBLE; return true;
+    default: return false;  // MPI has no fp16/bf16/fp8
+  }
+}
+
+bool mpiOpOf(trncclRedOp_t op, MPI_Op* out) {
+  switch (op) {
+    case trncclSum: *out = MPI_SUM; return true;
+    case trncclProd: *out = MPI_PROD; return true;
+    case trncclMax: *out = MPI_MAX; return true;
+    case trncclMin: *out = MPI_MIN; return true;
+    default: return false;  // MPI has no avg
+  }
+}
 
 size_t parseSize(const char* text) {
   char* end = nullptr;
@@ -80,7 +106,7 @@ bool parseOp(const char* text, trncclRedOp_t* out) {
 void usage(const char* tool, FILE* out) {
   std::fprintf(
       out,
-      "usage: %s [options]   (start it with: trnccl-run -np N %s ...)\n"
+      "usage: %s [options]   (start it with trnccl-run -np N %s ..., or mpirun -np N)\n"
       "  -b, --minbytes SIZE     smallest size (default 32M; K/M/G suffixes)\n"
       "  -e, --maxbytes SIZE     largest size (default 32M)\n"
       "  -f, --stepfactor F      multiply the size by F each step (default 2)\n"
@@ -95,6 +121,9 @@ void usage(const char* tool, FILE* out) {
       "  -z, --blocking 0/1      1: blocking calls; 0: non-blocking calls + trncclWait\n"
       "  -a, --average 0/1/2/3   time reported: rank 0, mean, min or max over ranks (default 3)\n"
       "  -J, --json FILE         also append one JSON object per row to FILE\n"
+      "  -M, --mpi 0/1           also time the matching Open MPI call on the same buffers,\n"
+      "                          interleaved, and print its time, busbw and trnccl/MPI ratio\n"
+      "                          (needs mpirun; float/double/integer types, not avg)\n"
       "  -h, --help              this text\n"
       "Exit status is non-zero when any result is wrong.\n",
       tool, tool);
@@ -134,6 +163,8 @@ bool parseOptions(int argc, char** argv, Options* o, const char* tool) {
       o->average = std::atoi(v);
     else if (flag == "-J" || flag == "--json")
       o->json = v;
+    else if (flag == "-M" || flag == "--mpi")
+      o->sideBySide = std::atoi(v);
     else if (flag == "-o" || flag == "--op") {
       if (!parseOp(v, &o->op)) {
         std::fprintf(stderr, "%s: unknown op '%s'\n", tool, v);
@@ -175,6 +206,41 @@ double combineTime(trncclComm_t comm, double local, int mode, int nranks) {
   return mode == 1 ? out / nranks : out;
 }
 
+void printHeader(const std::string& tool, const Options& o, int nranks, bool viaMpi) {
+  char host[64] = {};
+  gethostname(host, sizeof(host) - 1);
+  const char* timeOf = o.average == 0   ? "rank 0"
+                       : o.average == 1 ? "mean"
+                       : o.average == 2 ? "min"
+                                        : "max";
+  std::printf(
+      "# %s: nranks %d minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d "
+      "validation: %d blocking: %d time: %s over ranks\n",
+      tool.c_str(), nranks, o.minBytes, o.maxBytes,
+      o.stepBytes ? static_cast<double>(o.stepBytes) : o.stepFactor,
+      o.stepBytes ? "bytes" : "factor", o.warmup, o.iters, o.check, o.blocking, timeOf);
+  std::printf("#\n#  Using host memory, transport shm, on %s; launched by %s%s\n#\n", host,
+              viaMpi ? "mpirun" : "trnccl-run",
+              o.sideBySide ? "; Open MPI runs the same call on the same buffers (ratio = MPI "
+                             "time / trnccl out-of-place time, > 1 means trnccl is faster)"
+                           : "");
+  const char* mpiTitle = o.sideBySide ? "        Open MPI" : "";
+  const char* mpiNames = o.sideBySide ? "      time   busbw  ratio" : "";
+  const char* mpiUnits = o.sideBySide ? "      (us)  (GB/s)" : "";
+  std::printf(
+      "#                                                              out-of-place       "
+      "                in-place%s\n",
+      mpiTitle);
+  std::printf(
+      "#       size         count      type   redop    root     time   algbw   busbw "
+      "#wrong     time   algbw   busbw #wrong%s\n",
+      mpiNames);
+  std::printf(
+      "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)    "
+      "        (us)  (GB/s)  (GB/s)       %s\n",
+      mpiUnits);
+}
+
 }  // namespace
 
 int perfMain(int argc, char** argv, const PerfCollective& coll) {
@@ -183,60 +249,37 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
   if (!parseOptions(argc, argv, &o, tool.c_str())) return 2;
   if (!coll.usesOp) o.op = trncclSum;
 
-  auto rankValue = env::getInt(env::kRank);
-  auto nranksValue = env::getInt(env::kNranks);
-  std::string idHex = env::getString(env::kUniqueId);
-  if (!rankValue.isOk() || !nranksValue.isOk() || rankValue.value() < 0 || idHex.empty()) {
-    std::fprintf(stderr,
-                 "%s: no rank information; start it with `trnccl-run -np N %s ...` "
-                 "(TRNCCL_RANK, TRNCCL_NRANKS and TRNCCL_UNIQUE_ID are not set)\n",
-                 tool.c_str(), tool.c_str());
-    return 2;
-  }
-  int rank = static_cast<int>(rankValue.value()), nranks = static_cast<int>(nranksValue.value());
-  auto id = bootstrap::uniqueIdFromHex(idHex);
-  if (!id.isOk()) {
-    std::fprintf(stderr, "%s: TRNCCL_UNIQUE_ID: %s\n", tool.c_str(), id.status().message().c_str());
-    return 2;
+  Launch launch;
+  if (!discoverLaunch(tool, &launch)) return 2;
+  const int rank = launch.rank, nranks = launch.nranks;
+  MPI_Datatype mpiType = MPI_DATATYPE_NULL;
+  MPI_Op mpiOp = MPI_OP_NULL;
+  if (o.sideBySide) {
+    bool typeOk = mpiTypeOf(o.dtype, &mpiType), opOk = !coll.usesOp || mpiOpOf(o.op, &mpiOp);
+    if (!launch.viaMpi || !typeOk || !opOk) {
+      if (rank == 0)
+        std::fprintf(stderr, "%s: -M 1 needs mpirun and a type and op MPI has (%s)\n", tool.c_str(),
+                     !launch.viaMpi ? "not started by mpirun" : "type or op");
+      finishLaunch(launch);
+      return 2;
+    }
   }
   if (coll.usesRoot && (o.root < 0 || o.root >= nranks)) {
     std::fprintf(stderr, "%s: root %d out of range for %d ranks\n", tool.c_str(), o.root, nranks);
+    finishLaunch(launch);
     return 2;
   }
   trncclComm_t comm = nullptr;
-  if (trncclCommInitRank(&comm, nranks, id.value(), rank) != trncclSuccess) {
+  if (trncclCommInitRank(&comm, nranks, launch.id, rank) != trncclSuccess) {
     std::fprintf(stderr, "%s rank %d: %s\n", tool.c_str(), rank, trncclGetLastError(nullptr));
+    finishLaunch(launch);
     return 1;
   }
   FILE* json = nullptr;
   if (rank == 0 && !o.json.empty()) json = std::fopen(o.json.c_str(), "a");
 
   const size_t esize = dtypeSize(o.dtype);
-  char host[64] = {};
-  gethostname(host, sizeof(host) - 1);
-  if (rank == 0) {
-    std::printf(
-        "# %s: nranks %d minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d "
-        "validation: %d blocking: %d time: %s over ranks\n",
-        tool.c_str(), nranks, o.minBytes, o.maxBytes,
-        o.stepBytes ? static_cast<double>(o.stepBytes) : o.stepFactor,
-        o.stepBytes ? "bytes" : "factor", o.warmup, o.iters, o.check, o.blocking,
-        o.average == 0   ? "rank 0"
-        : o.average == 1 ? "mean"
-        : o.average == 2 ? "min"
-                         : "max");
-    std::printf("#\n#  Using host memory, transport shm, on %s (pid of rank 0: %d)\n#\n", host,
-                getpid());
-    std::printf(
-        "#                                                              out-of-place               "
-        "        in-place\n");
-    std::printf(
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong     "
-        "time   algbw   busbw #wrong\n");
-    std::printf(
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            "
-        "(us)  (GB/s)  (GB/s)\n");
-  }
+  if (rank == 0) printHeader(tool, o, nranks, launch.viaMpi);
 
   int wrongTotal = 0;
   double busSum = 0;
@@ -250,13 +293,15 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
     PerfCall call{comm, rank, nranks, o.dtype, o.op, o.root, count};
     size_t sizeBytes = std::max(sendElems, recvElems) * esize;
     std::vector<char> send(sendElems * esize), recv(recvElems * esize), want;
-    double time[2] = {0, 0};
+    double time[2] = {0, 0}, mpiTime = 0;
     long wrong[2] = {0, 0};
     for (int inPlace = 0; inPlace < 2 && !failed; ++inPlace) {
       const void* sbuf = inPlace ? recv.data() + coll.inPlaceSendOffset(call, esize) : send.data();
-      auto once = [&]() {
+      auto once = [&]() -> trncclResult_t {
         if (o.blocking) return coll.run(call, sbuf, recv.data());
-        return coll.run(call, sbuf, recv.data());  // the async forms are measured in issue 4
+        trncclRequest_t request = nullptr;
+        trncclResult_t rc = coll.runAsync(call, sbuf, recv.data(), &request);
+        return rc == trncclSuccess ? trncclWait(&request, TRNCCL_TIMEOUT_DEFAULT) : rc;
       };
       for (int w = 0; w < o.warmup && !failed; ++w) failed = once() != trncclSuccess;
       trncclBarrier(comm);
@@ -282,6 +327,16 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
         trncclAllReduce(&mine, &all, 1, trncclInt64, trncclSum, comm);
         wrong[inPlace] = all;
       }
+      if (!inPlace && o.sideBySide) {
+        // The same call through Open MPI, on the same buffers, right after trnccl's.
+        for (int w = 0; w < o.warmup; ++w)
+          coll.runMpi(call, send.data(), recv.data(), mpiType, mpiOp);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double mpiStart = seconds();
+        for (int it = 0; it < o.iters; ++it)
+          coll.runMpi(call, send.data(), recv.data(), mpiType, mpiOp);
+        mpiTime = combineTime(comm, (seconds() - mpiStart) / o.iters, o.average, nranks);
+      }
     }
     if (failed) break;
     if (rank == 0) {
@@ -294,12 +349,25 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
                     o.check ? std::to_string(wrong[k]).c_str() : "N/A");
         if (json)
           std::fprintf(json,
-                       "{\"tool\":\"%s\",\"nranks\":%d,\"size\":%zu,\"count\":%zu,\"type\":\"%s\","
-                       "\"redop\":\"%s\",\"root\":%d,\"placement\":\"%s\",\"time_us\":%.3f,"
-                       "\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%ld}\n",
+                       "{\"tool\":\"%s\",\"impl\":\"trnccl\",\"nranks\":%d,\"size\":%zu,"
+                       "\"count\":%zu,\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,"
+                       "\"placement\":\"%s\",\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,"
+                       "\"wrong\":%ld}\n",
                        coll.name, nranks, sizeBytes, count, dtypeName(o.dtype),
                        coll.usesOp ? redOpName(o.op) : "none", coll.usesRoot ? o.root : -1,
                        k ? "in" : "out", time[k] * 1e6, algbw, busbw, o.check ? wrong[k] : -1);
+      }
+      if (o.sideBySide) {
+        double mpiBus = sizeBytes / mpiTime / 1e9 * coll.busFactor(nranks);
+        std::printf("  %8.2f  %6.2f  %5.2fx", mpiTime * 1e6, mpiBus, mpiTime / time[0]);
+        if (json)
+          std::fprintf(json,
+                       "{\"tool\":\"%s\",\"impl\":\"mpi\",\"nranks\":%d,\"size\":%zu,"
+                       "\"count\":%zu,\"type\":\"%s\",\"redop\":\"%s\",\"placement\":\"out\","
+                       "\"time_us\":%.3f,\"busbw\":%.4f,\"ratio\":%.4f}\n",
+                       coll.name, nranks, sizeBytes, count, dtypeName(o.dtype),
+                       coll.usesOp ? redOpName(o.op) : "none", mpiTime * 1e6, mpiBus,
+                       mpiTime / time[0]);
       }
       std::printf("\n");
       std::fflush(stdout);
@@ -311,6 +379,7 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
   if (failed) {
     std::fprintf(stderr, "%s rank %d: %s\n", tool.c_str(), rank, trncclGetLastError(comm));
     trncclCommAbort(comm);
+    if (launch.viaMpi) MPI_Abort(MPI_COMM_WORLD, 1);  // peers may be inside an MPI call
     return 1;
   }
   if (rank == 0) {
@@ -319,6 +388,7 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
   }
   if (json) std::fclose(json);
   trncclCommDestroy(comm);
+  finishLaunch(launch);
   return wrongTotal ? 1 : 0;
 }
 

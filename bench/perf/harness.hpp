@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <mpi.h>
+
 #include "trnccl.h"
 
 namespace trnccl::bench {
@@ -31,10 +33,14 @@ struct PerfCollective {
                 size_t* recvElems);
   double (*busFactor)(int nranks);
   trncclResult_t (*run)(const PerfCall& call, const void* send, void* recv);
+  trncclResult_t (*runAsync)(const PerfCall& call, const void* send, void* recv,
+                             trncclRequest_t* request);
   // Where the in-place call's input lives inside recvbuff (bytes), as NCCL defines it.
   size_t (*inPlaceSendOffset)(const PerfCall& call, size_t esize);
   // Fills this rank's send buffer with checkable values and computes what recv must hold.
   void (*expected)(const PerfCall& call, std::vector<char>& send, std::vector<char>& want);
+  // The matching Open MPI call on the same buffers, for side-by-side runs (-M 1).
+  int (*runMpi)(const PerfCall& call, const void* send, void* recv, MPI_Datatype type, MPI_Op op);
 };
 
 int perfMain(int argc, char** argv, const PerfCollective& collective);

@@ -10,7 +10,7 @@ namespace trnccl {
 
 Status allReduceDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
   const size_t bytes = a.count * elementSize(a);
-  if (bytes <= shm::kLLMaxBytes && c.nranks <= shm::kLLMaxRanks) {
+  if (bytes <= c.llMaxBytes && c.nranks <= shm::kLLMaxRanks) {
     // Tiny messages: data and flag share cache lines (segment.hpp, LLLine).
     b.publishDescriptor(describe(a));
     auto ll = b.nextLLSlot();

@@ -49,14 +49,19 @@ const Var kShmRingSlotBytes{"TRNCCL_SHM_RING_SLOT_BYTES", Kind::kBytes, "64K",
 const Var kOneShotMaxBytes{"TRNCCL_ONESHOT_MAX_BYTES", Kind::kBytes, "16K",
                            "All-reduce messages up to this size use the one-shot direct "
                            "algorithm (every rank reduces every input) instead of two-shot."};
+const Var kLLMaxBytes{"TRNCCL_LL_MAX_BYTES", Kind::kBytes, "64",
+                      "All-reduce messages up to this size use small-message lines (data and "
+                      "flag in one cache line, 56 bytes each; at most 896). Past two lines the "
+                      "one-shot window was faster on the development machine. 0 disables."};
 const Var kShmDir{"TRNCCL_SHM_DIR", Kind::kString, "/dev/shm",
                   "Where shared-memory segments live; must be a tmpfs mount."};
 
 const std::vector<const Var*>& all() {
   static const std::vector<const Var*> vars = {
-      &kDebug,         &kDebugSubsys,  &kDebugFile,        &kTimeout,         &kSpinCount, &kHostId,
-      &kBootstrapAddr, &kRank,         &kNranks,           &kUniqueId,        &kTransport, &kAlgo,
-      &kShmChunkBytes, &kShmRingSlots, &kShmRingSlotBytes, &kOneShotMaxBytes, &kShmDir};
+      &kDebug,           &kDebugSubsys,   &kDebugFile,     &kTimeout,      &kSpinCount,
+      &kHostId,          &kBootstrapAddr, &kRank,          &kNranks,       &kUniqueId,
+      &kTransport,       &kAlgo,          &kShmChunkBytes, &kShmRingSlots, &kShmRingSlotBytes,
+      &kOneShotMaxBytes, &kLLMaxBytes,    &kShmDir};
   return vars;
 }
 

@@ -39,6 +39,7 @@ extern const Var kShmChunkBytes;
 extern const Var kShmRingSlots;
 extern const Var kShmRingSlotBytes;
 extern const Var kOneShotMaxBytes;
+extern const Var kLLMaxBytes;
 extern const Var kShmDir;
 
 const std::vector<const Var*>& all();

@@ -37,6 +37,7 @@ struct SegmentParams {
   // Settings every local rank must share for the algorithms to agree step by step: the
   // creator's values bind (oneShotMaxBytes), or are compared at attach (algorithmHash).
   uint64_t oneShotMaxBytes = 16 << 10;
+  uint64_t llMaxBytes = 64;
   uint64_t algorithmHash = 0;
 };
 

@@ -1,0 +1,66 @@
+#include "perf/launch.hpp"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "bootstrap/bootstrap.hpp"
+#include "core/env.hpp"
+
+namespace trnccl::bench {
+
+static bool startedByMpirun() {
+  // Open MPI's launcher sets these in every process it starts (not TRNCCL_* knobs).
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
+}
+
+bool discoverLaunch(const std::string& tool, Launch* launch) {
+  if (env::isSet(env::kUniqueId)) {
+    auto rank = env::getInt(env::kRank);
+    auto nranks = env::getInt(env::kNranks);
+    auto id = bootstrap::uniqueIdFromHex(env::getString(env::kUniqueId));
+    if (!rank.isOk() || !nranks.isOk() || !id.isOk() || rank.value() < 0 ||
+        rank.value() >= nranks.value()) {
+      std::fprintf(stderr,
+                   "%s: TRNCCL_RANK / TRNCCL_NRANKS / TRNCCL_UNIQUE_ID are not a valid "
+                   "launch (start the tool with trnccl-run or mpirun)\n",
+                   tool.c_str());
+      return false;
+    }
+    launch->rank = static_cast<int>(rank.value());
+    launch->nranks = static_cast<int>(nranks.value());
+    launch->id = id.value();
+    return true;
+  }
+  if (!startedByMpirun()) {
+    std::fprintf(stderr,
+                 "%s: no rank information. Start it with `trnccl-run -np N %s ...`, or with "
+                 "`mpirun -np N %s ...` (as root add --allow-run-as-root; keep MPI on loopback "
+                 "with --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo)\n",
+                 tool.c_str(), tool.c_str(), tool.c_str());
+    return false;
+  }
+  MPI_Init(nullptr, nullptr);
+  MPI_Comm_rank(MPI_COMM_WORLD, &launch->rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &launch->nranks);
+  int ok = 1;
+  if (launch->rank == 0 && trncclGetUniqueId(&launch->id) != trncclSuccess) {
+    std::fprintf(stderr, "%s: %s\n", tool.c_str(), trncclGetLastError(nullptr));
+    ok = 0;
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!ok) {
+    MPI_Finalize();
+    return false;
+  }
+  MPI_Bcast(&launch->id, sizeof(launch->id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  launch->viaMpi = true;
+  return true;
+}
+
+void finishLaunch(const Launch& launch) {
+  if (launch.viaMpi) MPI_Finalize();
+}
+
+}  // namespace trnccl::bench
