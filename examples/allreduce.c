@@ -1,30 +1,20 @@
 /* A minimal C program: every rank adds its rank number into a vector.
  * Run it with: build/bench/trnccl-run -np 4 build/examples/allreduce_c
- * (trnccl-run hands each process TRNCCL_RANK, TRNCCL_NRANKS and TRNCCL_UNIQUE_ID; a program
- * started another way would create the id on rank 0 with trncclGetUniqueId and send it to
- * the other ranks itself, e.g. with MPI_Bcast.) */
+ * (trnccl-run hands each process its rank and the job's unique id, which trncclGetLaunchInfo
+ * reads; a program started another way creates the id on rank 0 with trncclGetUniqueId and
+ * sends it to the other ranks itself, e.g. with MPI_Bcast.) */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <trnccl.h>
 
-static int hexValue(char c) {
-  return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
-}
-
 int main(void) {
-  const char* rankText = getenv("TRNCCL_RANK");
-  const char* sizeText = getenv("TRNCCL_NRANKS");
-  const char* idText = getenv("TRNCCL_UNIQUE_ID");
-  if (!rankText || !sizeText || !idText || strlen(idText) != 2 * TRNCCL_UNIQUE_ID_BYTES) {
-    fprintf(stderr, "start me with: trnccl-run -np N allreduce_c\n");
+  int rank, nranks;
+  trncclUniqueId id;
+  if (trncclGetLaunchInfo(&rank, &nranks, &id) != trncclSuccess) {
+    fprintf(stderr, "%s\n", trncclGetLastError(NULL));
     return 2;
   }
-  int rank = atoi(rankText), nranks = atoi(sizeText);
-  trncclUniqueId id;
-  for (int i = 0; i < TRNCCL_UNIQUE_ID_BYTES; ++i)
-    id.internal[i] = (char)(hexValue(idText[2 * i]) * 16 + hexValue(idText[2 * i + 1]));
 
   trncclComm_t comm;
   if (trncclCommInitRank(&comm, nranks, id, rank) != trncclSuccess) {

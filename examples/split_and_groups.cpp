@@ -2,24 +2,17 @@
 // exchange with ring neighbours in a group.
 // Run it with: build/bench/trnccl-run -np 4 build/examples/split_and_groups
 #include <cstdio>
-#include <cstdlib>
-#include <string>
 #include <vector>
 
 #include <trnccl/trnccl.hpp>
 
 int main() {
-  const char* rankText = std::getenv("TRNCCL_RANK");
-  const char* sizeText = std::getenv("TRNCCL_NRANKS");
-  const char* idText = std::getenv("TRNCCL_UNIQUE_ID");
-  if (!rankText || !sizeText || !idText) {
-    std::fprintf(stderr, "start me with: trnccl-run -np N split_and_groups\n");
+  int rank = 0, nranks = 0;
+  trncclUniqueId raw{};
+  if (trncclGetLaunchInfo(&rank, &nranks, &raw) != trncclSuccess) {
+    std::fprintf(stderr, "%s\n", trncclGetLastError(nullptr));
     return 2;
   }
-  int rank = std::atoi(rankText), nranks = std::atoi(sizeText);
-  trncclUniqueId raw{};
-  for (int i = 0; i < TRNCCL_UNIQUE_ID_BYTES; ++i)
-    raw.internal[i] = static_cast<char>(std::stoi(std::string(idText + 2 * i, 2), nullptr, 16));
   try {
     trnccl::Comm world(nranks, trnccl::UniqueId::fromRaw(raw), rank);
     trnccl::Comm half = world.split(rank % 2, rank);

@@ -109,6 +109,10 @@ const char* trncclGetLastError(trncclComm_t comm);
 /* ---- communicators ---- */
 /* Creates a rendezvous point in this process; pass the id to every rank out of band. */
 trncclResult_t trncclGetUniqueId(trncclUniqueId* uniqueId);
+/* For programs started by trnccl-run (or any launcher that sets TRNCCL_RANK, TRNCCL_NRANKS
+ * and TRNCCL_UNIQUE_ID): this process's rank, the job size and the job's unique id.
+ * Returns trncclInvalidUsage, naming the missing or malformed variable, otherwise. */
+trncclResult_t trncclGetLaunchInfo(int* rank, int* nranks, trncclUniqueId* uniqueId);
 trncclResult_t trncclCommInitRank(trncclComm_t* comm, int nranks, trncclUniqueId commId, int rank);
 trncclResult_t trncclCommInitRankConfig(trncclComm_t* comm, int nranks, trncclUniqueId commId,
                                         int rank, const trncclConfig_t* config);

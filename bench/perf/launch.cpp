@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "bootstrap/bootstrap.hpp"
 #include "core/env.hpp"
 
 namespace trnccl::bench {
@@ -16,21 +15,11 @@ static bool startedByMpirun() {
 }
 
 bool discoverLaunch(const std::string& tool, Launch* launch) {
-  if (env::isSet(env::kUniqueId)) {
-    auto rank = env::getInt(env::kRank);
-    auto nranks = env::getInt(env::kNranks);
-    auto id = bootstrap::uniqueIdFromHex(env::getString(env::kUniqueId));
-    if (!rank.isOk() || !nranks.isOk() || !id.isOk() || rank.value() < 0 ||
-        rank.value() >= nranks.value()) {
-      std::fprintf(stderr,
-                   "%s: TRNCCL_RANK / TRNCCL_NRANKS / TRNCCL_UNIQUE_ID are not a valid "
-                   "launch (start the tool with trnccl-run or mpirun)\n",
-                   tool.c_str());
+  if (env::isSet(env::kUniqueId)) {  // started by trnccl-run
+    if (trncclGetLaunchInfo(&launch->rank, &launch->nranks, &launch->id) != trncclSuccess) {
+      std::fprintf(stderr, "%s: %s\n", tool.c_str(), trncclGetLastError(nullptr));
       return false;
     }
-    launch->rank = static_cast<int>(rank.value());
-    launch->nranks = static_cast<int>(nranks.value());
-    launch->id = id.value();
     return true;
   }
   if (!startedByMpirun()) {

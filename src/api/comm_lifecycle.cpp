@@ -104,6 +104,35 @@ trncclResult_t trncclGetUniqueId(trncclUniqueId* uniqueId) {
   return report(nullptr, status.withContext("trncclGetUniqueId: "));
 }
 
+trncclResult_t trncclGetLaunchInfo(int* rank, int* nranks, trncclUniqueId* uniqueId) {
+  if (!rank || !nranks || !uniqueId)
+    return report(nullptr, makeError(Code::kInvalidArgument,
+                                     "trncclGetLaunchInfo: rank, nranks or uniqueId is NULL"));
+  namespace env = trnccl::env;
+  for (const env::Var* var : {&env::kRank, &env::kNranks, &env::kUniqueId})
+    if (!env::isSet(*var))
+      return report(nullptr, makeError(Code::kInvalidUsage,
+                                       "trncclGetLaunchInfo: %s is not set; start the program "
+                                       "with trnccl-run -np N (or set TRNCCL_RANK, "
+                                       "TRNCCL_NRANKS and TRNCCL_UNIQUE_ID)",
+                                       var->name));
+  auto r = env::getInt(env::kRank);
+  auto n = env::getInt(env::kNranks);
+  auto id = trnccl::bootstrap::uniqueIdFromHex(env::getString(env::kUniqueId));
+  Status problem = !r.isOk() ? r.status() : !n.isOk() ? n.status() : id.status();
+  if (problem.isOk() && (n.value() <= 0 || r.value() < 0 || r.value() >= n.value()))
+    problem = makeError(Code::kInvalidUsage, "TRNCCL_RANK=%lld is not in [0, TRNCCL_NRANKS=%lld)",
+                        static_cast<long long>(r.value()), static_cast<long long>(n.value()));
+  if (!problem.isOk())
+    return report(
+        nullptr,
+        Status(Code::kInvalidUsage, problem.message()).withContext("trncclGetLaunchInfo: "));
+  *rank = static_cast<int>(r.value());
+  *nranks = static_cast<int>(n.value());
+  *uniqueId = id.value();
+  return trncclSuccess;
+}
+
 trncclResult_t trncclCommInitRank(trncclComm_t* comm, int nranks, trncclUniqueId commId, int rank) {
   return initComm(comm, nranks, commId, rank, nullptr);
 }

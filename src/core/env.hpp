@@ -1,5 +1,5 @@
 // The one registry of every TRNCCL_* environment variable: name, default and meaning.
-// Nothing else in the library calls getenv(); `trnccl-info --env` prints this table.
+// Nothing else in the library reads the environment; `trnccl-info --env` prints this table.
 #pragma once
 
 #include <cstdint>
