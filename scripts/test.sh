@@ -50,7 +50,7 @@ if bash scripts/build.sh build-asan -Dbuildtype=debugoptimized -Db_sanitize=addr
   TRNCCL_TEST_QUICK=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     meson test -C build-asan --print-errorlogs --num-processes 1 --suite multirank --suite unit \
-      --suite examples
+      --suite examples --suite tools
   rc=$?
   [ "$rc" -eq 0 ] || status=1
   count_results build-asan "$rc"

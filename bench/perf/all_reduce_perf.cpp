@@ -18,8 +18,8 @@ trncclResult_t run(const PerfCall& c, const void* send, void* recv) {
   return trncclAllReduce(send, recv, c.count, c.dtype, c.op, c.comm);
 }
 
-size_t inPlaceOffset(const PerfCall&, size_t) {
-  return 0;
+void inPlaceOffsets(const PerfCall&, size_t, size_t* send, size_t* recv) {
+  *send = *recv = 0;
 }
 
 trncclResult_t runAsync(const PerfCall& c, const void* send, void* recv, trncclRequest_t* request) {
@@ -31,7 +31,7 @@ int runMpi(const PerfCall& c, const void* send, void* recv, MPI_Datatype type, M
 }
 
 void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& want) {
-  size_t esize = send.size() / (c.count ? c.count : 1);
+  size_t esize = trnccl::bench::elementBytes(c.dtype);
   trnccl::bench::fillRank(c.dtype, c.op, c.rank, c.count, send.data());
   want.resize(c.count * esize);
   for (size_t i = 0; i < c.count; ++i)
@@ -43,6 +43,6 @@ void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& wan
 
 int main(int argc, char** argv) {
   static const trnccl::bench::PerfCollective allReduce = {
-      "all_reduce", true, false, shape, busFactor, run, runAsync, inPlaceOffset, expected, runMpi};
+      "all_reduce", true, false, shape, busFactor, run, runAsync, inPlaceOffsets, expected, runMpi};
   return trnccl::bench::perfMain(argc, argv, allReduce);
 }

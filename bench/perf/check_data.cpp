@@ -102,4 +102,8 @@ void fillRank(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t count, 
     storeValue(dtype, out + i * esize, checkValue(dtype, op, rank, i));
 }
 
+size_t elementBytes(trncclDataType_t dtype) {
+  return dtypeSize(dtype);
+}
+
 }  // namespace trnccl::bench

@@ -17,5 +17,6 @@ void storeValue(trncclDataType_t dtype, void* at, double value);
 // Serial reduction of the ranks' values at i, rounded as the library defines (avg: sum / n).
 double reducedValue(trncclDataType_t dtype, trncclRedOp_t op, int nranks, size_t i);
 void fillRank(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t count, char* out);
+size_t elementBytes(trncclDataType_t dtype);
 
 }  // namespace trnccl::bench

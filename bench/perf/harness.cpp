@@ -293,14 +293,19 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
     PerfCall call{comm, rank, nranks, o.dtype, o.op, o.root, count};
     size_t sizeBytes = std::max(sendElems, recvElems) * esize;
     std::vector<char> send(sendElems * esize), recv(recvElems * esize), want;
+    std::vector<char> both(std::max(send.size(), recv.size()));  // the in-place buffer
     double time[2] = {0, 0}, mpiTime = 0;
     long wrong[2] = {0, 0};
-    for (int inPlace = 0; inPlace < 2 && !failed; ++inPlace) {
-      const void* sbuf = inPlace ? recv.data() + coll.inPlaceSendOffset(call, esize) : send.data();
+    const int placements = coll.inPlaceOffsets ? 2 : 1;
+    for (int inPlace = 0; inPlace < placements && !failed; ++inPlace) {
+      size_t sendOffset = 0, recvOffset = 0;
+      if (inPlace) coll.inPlaceOffsets(call, esize, &sendOffset, &recvOffset);
+      const void* sbuf = inPlace ? both.data() + sendOffset : send.data();
+      char* rbuf = inPlace ? both.data() + recvOffset : recv.data();
       auto once = [&]() -> trncclResult_t {
-        if (o.blocking) return coll.run(call, sbuf, recv.data());
+        if (o.blocking) return coll.run(call, sbuf, rbuf);
         trncclRequest_t request = nullptr;
-        trncclResult_t rc = coll.runAsync(call, sbuf, recv.data(), &request);
+        trncclResult_t rc = coll.runAsync(call, sbuf, rbuf, &request);
         return rc == trncclSuccess ? trncclWait(&request, TRNCCL_TIMEOUT_DEFAULT) : rc;
       };
       for (int w = 0; w < o.warmup && !failed; ++w) failed = once() != trncclSuccess;
@@ -313,16 +318,17 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
       if (o.check) {
         std::vector<char> input(send.size());
         coll.expected(call, input, want);
-        if (inPlace)
-          std::memcpy(recv.data() + coll.inPlaceSendOffset(call, esize), input.data(),
-                      input.size());
-        else
+        if (inPlace) {
+          std::memcpy(both.data() + sendOffset, input.data(), input.size());
+        } else {
           send = input;
+          sbuf = send.data();
+        }
         failed = once() != trncclSuccess;
         long mine = 0;
         size_t n = std::min(want.size(), recv.size()) / esize;
         for (size_t i = 0; i < n; ++i)
-          if (std::memcmp(recv.data() + i * esize, want.data() + i * esize, esize) != 0) ++mine;
+          if (std::memcmp(rbuf + i * esize, want.data() + i * esize, esize) != 0) ++mine;
         long all = mine;
         trncclAllReduce(&mine, &all, 1, trncclInt64, trncclSum, comm);
         wrong[inPlace] = all;
@@ -343,6 +349,10 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
       std::printf("%12zu  %12zu  %8s  %6s  %6d", sizeBytes, count, dtypeName(o.dtype),
                   coll.usesOp ? redOpName(o.op) : "none", coll.usesRoot ? o.root : -1);
       for (int k = 0; k < 2; ++k) {
+        if (k >= placements) {
+          std::printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+          continue;
+        }
         double algbw = sizeBytes / time[k] / 1e9;
         double busbw = algbw * coll.busFactor(nranks);
         std::printf("  %7.2f  %6.2f  %6.2f  %5s", time[k] * 1e6, algbw, busbw,

@@ -35,8 +35,11 @@ struct PerfCollective {
   trncclResult_t (*run)(const PerfCall& call, const void* send, void* recv);
   trncclResult_t (*runAsync)(const PerfCall& call, const void* send, void* recv,
                              trncclRequest_t* request);
-  // Where the in-place call's input lives inside recvbuff (bytes), as NCCL defines it.
-  size_t (*inPlaceSendOffset)(const PerfCall& call, size_t esize);
+  // In-place calls use one buffer of max(send, recv) bytes; these are the byte offsets of the
+  // send and receive buffers in it, as NCCL defines in-place for the collective. nullptr: the
+  // collective has no in-place form (its in-place columns print N/A).
+  void (*inPlaceOffsets)(const PerfCall& call, size_t esize, size_t* sendOffset,
+                         size_t* recvOffset);
   // Fills this rank's send buffer with checkable values and computes what recv must hold.
   void (*expected)(const PerfCall& call, std::vector<char>& send, std::vector<char>& want);
   // The matching Open MPI call on the same buffers, for side-by-side runs (-M 1).
