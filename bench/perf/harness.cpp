@@ -319,7 +319,7 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
         std::vector<char> input(send.size());
         coll.expected(call, input, want);
         if (inPlace) {
-          std::memcpy(both.data() + sendOffset, input.data(), input.size());
+          if (!input.empty()) std::memcpy(both.data() + sendOffset, input.data(), input.size());
         } else {
           send = input;
           sbuf = send.data();
