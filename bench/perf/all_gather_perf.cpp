@@ -13,10 +13,6 @@ void shape(size_t bytes, size_t esize, int n, size_t* count, size_t* sendElems, 
   *recvElems = *count * n;
 }
 
-double busFactor(int n) {
-  return static_cast<double>(n - 1) / n;
-}
-
 trncclResult_t run(const PerfCall& c, const void* send, void* recv) {
   return trncclAllGather(send, recv, c.count, c.dtype, c.comm);
 }
@@ -47,7 +43,7 @@ void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& wan
 
 int main(int argc, char** argv) {
   static const trnccl::bench::PerfCollective allGather = {
-      "all_gather", false,    false,          shape,    busFactor,
+      "all_gather", false,    false,          shape,    trnccl::bench::busFactorShared,
       run,          runAsync, inPlaceOffsets, expected, runMpi};
   return trnccl::bench::perfMain(argc, argv, allGather);
 }

@@ -6,10 +6,6 @@ namespace {
 
 using trnccl::bench::PerfCall;
 
-void shape(size_t bytes, size_t esize, int, size_t* count, size_t* sendElems, size_t* recvElems) {
-  *count = *sendElems = *recvElems = bytes / esize;
-}
-
 double busFactor(int n) {
   return n > 1 ? 2.0 * (n - 1) / n : 0.0;
 }
@@ -34,15 +30,14 @@ void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& wan
   size_t esize = trnccl::bench::elementBytes(c.dtype);
   trnccl::bench::fillRank(c.dtype, c.op, c.rank, c.count, send.data());
   want.resize(c.count * esize);
-  for (size_t i = 0; i < c.count; ++i)
-    trnccl::bench::storeValue(c.dtype, want.data() + i * esize,
-                              trnccl::bench::reducedValue(c.dtype, c.op, c.nranks, i));
+  trnccl::bench::fillReduced(c.dtype, c.op, c.nranks, 0, c.count, want.data());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   static const trnccl::bench::PerfCollective allReduce = {
-      "all_reduce", true, false, shape, busFactor, run, runAsync, inPlaceOffsets, expected, runMpi};
+      "all_reduce",   true,     false, trnccl::bench::wholeBufferShape, busFactor, run, runAsync,
+      inPlaceOffsets, expected, runMpi};
   return trnccl::bench::perfMain(argc, argv, allReduce);
 }

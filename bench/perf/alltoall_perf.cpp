@@ -12,10 +12,6 @@ void shape(size_t bytes, size_t esize, int n, size_t* count, size_t* sendElems, 
   *sendElems = *recvElems = *count * n;
 }
 
-double busFactor(int n) {
-  return static_cast<double>(n - 1) / n;
-}
-
 trncclResult_t run(const PerfCall& c, const void* send, void* recv) {
   return trncclAllToAll(send, recv, c.count, c.dtype, c.comm);
 }
@@ -49,6 +45,7 @@ void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& wan
 
 int main(int argc, char** argv) {
   static const trnccl::bench::PerfCollective allToAll = {
-      "alltoall", false, false, shape, busFactor, run, runAsync, inPlaceOffsets, expected, runMpi};
+      "alltoall", false,    false,          shape,    trnccl::bench::busFactorShared,
+      run,        runAsync, inPlaceOffsets, expected, runMpi};
   return trnccl::bench::perfMain(argc, argv, allToAll);
 }

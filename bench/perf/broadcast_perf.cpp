@@ -6,14 +6,6 @@ namespace {
 
 using trnccl::bench::PerfCall;
 
-void shape(size_t bytes, size_t esize, int, size_t* count, size_t* sendElems, size_t* recvElems) {
-  *count = *sendElems = *recvElems = bytes / esize;
-}
-
-double busFactor(int) {
-  return 1.0;
-}
-
 trncclResult_t run(const PerfCall& c, const void* send, void* recv) {
   return trncclBroadcast(send, recv, c.count, c.dtype, c.root, c.comm);
 }
@@ -40,7 +32,15 @@ void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& wan
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const trnccl::bench::PerfCollective broadcast = {
-      "broadcast", false, true, shape, busFactor, run, runAsync, inPlaceOffsets, expected, runMpi};
+  static const trnccl::bench::PerfCollective broadcast = {"broadcast",
+                                                          false,
+                                                          true,
+                                                          trnccl::bench::wholeBufferShape,
+                                                          trnccl::bench::busFactorOne,
+                                                          run,
+                                                          runAsync,
+                                                          inPlaceOffsets,
+                                                          expected,
+                                                          runMpi};
   return trnccl::bench::perfMain(argc, argv, broadcast);
 }

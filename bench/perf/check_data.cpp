@@ -106,4 +106,11 @@ size_t elementBytes(trncclDataType_t dtype) {
   return dtypeSize(dtype);
 }
 
+void fillReduced(trncclDataType_t dtype, trncclRedOp_t op, int nranks, size_t first, size_t count,
+                 char* out) {
+  size_t esize = dtypeSize(dtype);
+  for (size_t i = 0; i < count; ++i)
+    storeValue(dtype, out + i * esize, reducedValue(dtype, op, nranks, first + i));
+}
+
 }  // namespace trnccl::bench

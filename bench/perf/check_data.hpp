@@ -18,5 +18,8 @@ void storeValue(trncclDataType_t dtype, void* at, double value);
 double reducedValue(trncclDataType_t dtype, trncclRedOp_t op, int nranks, size_t i);
 void fillRank(trncclDataType_t dtype, trncclRedOp_t op, int rank, size_t count, char* out);
 size_t elementBytes(trncclDataType_t dtype);
+// out[i] = reducedValue(dtype, op, nranks, first + i) for i < count, stored as dtype.
+void fillReduced(trncclDataType_t dtype, trncclRedOp_t op, int nranks, size_t first, size_t count,
+                 char* out);
 
 }  // namespace trnccl::bench

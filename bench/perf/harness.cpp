@@ -243,6 +243,11 @@ void printHeader(const std::string& tool, const Options& o, int nranks, bool via
 
 }  // namespace
 
+void wholeBufferShape(size_t bytes, size_t esize, int, size_t* count, size_t* sendElems,
+                      size_t* recvElems) {
+  *count = *sendElems = *recvElems = bytes / esize;
+}
+
 int perfMain(int argc, char** argv, const PerfCollective& coll) {
   std::string tool = std::string(coll.name) + "_perf";
   Options o;

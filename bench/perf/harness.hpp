@@ -48,4 +48,16 @@ struct PerfCollective {
 
 int perfMain(int argc, char** argv, const PerfCollective& collective);
 
+// Shared pieces of the tools' descriptions.
+// Send and receive buffers both hold the whole size (all-reduce, broadcast, reduce, sendrecv).
+void wholeBufferShape(size_t bytes, size_t esize, int nranks, size_t* count, size_t* sendElems,
+                      size_t* recvElems);
+inline double busFactorOne(int) {
+  return 1.0;
+}
+// Each rank moves (n-1)/n of the buffer (all-gather, reduce-scatter, all-to-all).
+inline double busFactorShared(int n) {
+  return static_cast<double>(n - 1) / n;
+}
+
 }  // namespace trnccl::bench

@@ -6,14 +6,6 @@ namespace {
 
 using trnccl::bench::PerfCall;
 
-void shape(size_t bytes, size_t esize, int, size_t* count, size_t* sendElems, size_t* recvElems) {
-  *count = *sendElems = *recvElems = bytes / esize;
-}
-
-double busFactor(int) {
-  return 1.0;
-}
-
 trncclResult_t run(const PerfCall& c, const void* send, void* recv) {
   return trncclReduce(send, recv, c.count, c.dtype, c.op, c.root, c.comm);
 }
@@ -36,15 +28,21 @@ void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& wan
   want.clear();  // only the root's buffer is defined
   if (c.rank != c.root) return;
   want.resize(c.count * esize);
-  for (size_t i = 0; i < c.count; ++i)
-    trnccl::bench::storeValue(c.dtype, want.data() + i * esize,
-                              trnccl::bench::reducedValue(c.dtype, c.op, c.nranks, i));
+  trnccl::bench::fillReduced(c.dtype, c.op, c.nranks, 0, c.count, want.data());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const trnccl::bench::PerfCollective reduce = {
-      "reduce", true, true, shape, busFactor, run, runAsync, inPlaceOffsets, expected, runMpi};
+  static const trnccl::bench::PerfCollective reduce = {"reduce",
+                                                       true,
+                                                       true,
+                                                       trnccl::bench::wholeBufferShape,
+                                                       trnccl::bench::busFactorOne,
+                                                       run,
+                                                       runAsync,
+                                                       inPlaceOffsets,
+                                                       expected,
+                                                       runMpi};
   return trnccl::bench::perfMain(argc, argv, reduce);
 }

@@ -13,10 +13,6 @@ void shape(size_t bytes, size_t esize, int n, size_t* count, size_t* sendElems, 
   *recvElems = *count;
 }
 
-double busFactor(int n) {
-  return static_cast<double>(n - 1) / n;
-}
-
 trncclResult_t run(const PerfCall& c, const void* send, void* recv) {
   return trncclReduceScatter(send, recv, c.count, c.dtype, c.op, c.comm);
 }
@@ -38,17 +34,14 @@ void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& wan
   size_t esize = trnccl::bench::elementBytes(c.dtype);
   trnccl::bench::fillRank(c.dtype, c.op, c.rank, c.count * c.nranks, send.data());
   want.resize(c.count * esize);
-  for (size_t i = 0; i < c.count; ++i)
-    trnccl::bench::storeValue(
-        c.dtype, want.data() + i * esize,
-        trnccl::bench::reducedValue(c.dtype, c.op, c.nranks, c.rank * c.count + i));
+  trnccl::bench::fillReduced(c.dtype, c.op, c.nranks, c.rank * c.count, c.count, want.data());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   static const trnccl::bench::PerfCollective reduceScatter = {
-      "reduce_scatter", true,           false,    shape, busFactor, run,
+      "reduce_scatter", true,           false,    shape, trnccl::bench::busFactorShared, run,
       runAsync,         inPlaceOffsets, expected, runMpi};
   return trnccl::bench::perfMain(argc, argv, reduceScatter);
 }

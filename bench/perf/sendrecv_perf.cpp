@@ -8,14 +8,6 @@ namespace {
 
 using trnccl::bench::PerfCall;
 
-void shape(size_t bytes, size_t esize, int, size_t* count, size_t* sendElems, size_t* recvElems) {
-  *count = *sendElems = *recvElems = bytes / esize;
-}
-
-double busFactor(int) {
-  return 1.0;
-}
-
 trncclResult_t run(const PerfCall& c, const void* send, void* recv) {
   trncclGroupStart();
   trncclSend(send, c.count, c.dtype, (c.rank + 1) % c.nranks, c.comm);
@@ -50,7 +42,15 @@ void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& wan
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const trnccl::bench::PerfCollective sendRecv = {
-      "sendrecv", false, false, shape, busFactor, run, runAsync, nullptr, expected, runMpi};
+  static const trnccl::bench::PerfCollective sendRecv = {"sendrecv",
+                                                         false,
+                                                         false,
+                                                         trnccl::bench::wholeBufferShape,
+                                                         trnccl::bench::busFactorOne,
+                                                         run,
+                                                         runAsync,
+                                                         nullptr,
+                                                         expected,
+                                                         runMpi};
   return trnccl::bench::perfMain(argc, argv, sendRecv);
 }
