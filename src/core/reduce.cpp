@@ -7,11 +7,15 @@ namespace trnccl {
 std::vector<KernelVariant> supportedKernels() {
   __builtin_cpu_init();
   std::vector<KernelVariant> variants = {{"generic", kernels::generic::reduce}};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
     variants.push_back({"avx2", kernels::avx2::reduce});
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl"))
     variants.push_back({"avx512", kernels::avx512::reduce});
+  if (variants.back().fn == kernels::avx512::reduce && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bf16"))
+    variants.push_back({"avx512bf16", kernels::avx512bf16::reduce});
   return variants;
 }
 

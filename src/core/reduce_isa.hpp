@@ -17,6 +17,9 @@ void reduce(const ReduceArgs& args);
 namespace avx512 {
 void reduce(const ReduceArgs& args);
 }
+namespace avx512bf16 {
+void reduce(const ReduceArgs& args);
+}
 }  // namespace kernels
 
 struct KernelVariant {
