@@ -31,8 +31,15 @@ struct Options {
   int blocking = 1;
   int average = 3;  // 0 rank 0, 1 avg, 2 min, 3 max (slowest rank, the honest default)
   int sideBySide = 0;
+  int repeats = 1;
   std::string json;
 };
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 bool mpiTypeOf(trncclDataType_t t, MPI_Datatype* out) {
   switch (t) {
@@ -120,6 +127,8 @@ void usage(const char* tool, FILE* out) {
       "  -r, --root N            root rank (default 0)\n"
       "  -z, --blocking 0/1      1: blocking calls; 0: non-blocking calls + trncclWait\n"
       "  -a, --average 0/1/2/3   time reported: rank 0, mean, min or max over ranks (default 3)\n"
+      "  -R, --repeats N         time each size N times (trnccl and Open MPI interleaved)\n"
+      "                          and report the median of the N (default 1)\n"
       "  -J, --json FILE         also append one JSON object per row to FILE\n"
       "  -M, --mpi 0/1           also time the matching Open MPI call on the same buffers,\n"
       "                          interleaved, and print its time, busbw and trnccl/MPI ratio\n"
@@ -161,6 +170,8 @@ bool parseOptions(int argc, char** argv, Options* o, const char* tool) {
       o->blocking = std::atoi(v);
     else if (flag == "-a" || flag == "--average")
       o->average = std::atoi(v);
+    else if (flag == "-R" || flag == "--repeats")
+      o->repeats = std::atoi(v);
     else if (flag == "-J" || flag == "--json")
       o->json = v;
     else if (flag == "-M" || flag == "--mpi")
@@ -180,9 +191,11 @@ bool parseOptions(int argc, char** argv, Options* o, const char* tool) {
       return false;
     }
   }
-  if (o->iters <= 0 || o->warmup < 0 || o->minBytes > o->maxBytes ||
+  if (o->iters <= 0 || o->warmup < 0 || o->repeats <= 0 || o->minBytes > o->maxBytes ||
       (o->stepBytes == 0 && o->stepFactor <= 1.0)) {
-    std::fprintf(stderr, "%s: need iters > 0, warmup >= 0, minbytes <= maxbytes and a step\n",
+    std::fprintf(stderr,
+                 "%s: need iters > 0, warmup >= 0, repeats > 0, minbytes <= maxbytes and a "
+                 "step\n",
                  tool);
     return false;
   }
@@ -215,10 +228,10 @@ void printHeader(const std::string& tool, const Options& o, int nranks, bool via
                                         : "max";
   std::printf(
       "# %s: nranks %d minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d iters: %d "
-      "validation: %d blocking: %d time: %s over ranks\n",
+      "validation: %d blocking: %d time: %s over ranks, median of %d repeats\n",
       tool.c_str(), nranks, o.minBytes, o.maxBytes,
       o.stepBytes ? static_cast<double>(o.stepBytes) : o.stepFactor,
-      o.stepBytes ? "bytes" : "factor", o.warmup, o.iters, o.check, o.blocking, timeOf);
+      o.stepBytes ? "bytes" : "factor", o.warmup, o.iters, o.check, o.blocking, timeOf, o.repeats);
   std::printf("#\n#  Using host memory, transport shm, on %s; launched by %s%s\n#\n", host,
               viaMpi ? "mpirun" : "trnccl-run",
               o.sideBySide ? "; Open MPI runs the same call on the same buffers (ratio = MPI "
@@ -302,52 +315,70 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
     double time[2] = {0, 0}, mpiTime = 0;
     long wrong[2] = {0, 0};
     const int placements = coll.inPlaceOffsets ? 2 : 1;
-    for (int inPlace = 0; inPlace < placements && !failed; ++inPlace) {
+    auto buffers = [&](int inPlace, const void** sbuf, char** rbuf) {
       size_t sendOffset = 0, recvOffset = 0;
       if (inPlace) coll.inPlaceOffsets(call, esize, &sendOffset, &recvOffset);
-      const void* sbuf = inPlace ? both.data() + sendOffset : send.data();
-      char* rbuf = inPlace ? both.data() + recvOffset : recv.data();
-      auto once = [&]() -> trncclResult_t {
-        if (o.blocking) return coll.run(call, sbuf, rbuf);
-        trncclRequest_t request = nullptr;
-        trncclResult_t rc = coll.runAsync(call, sbuf, rbuf, &request);
-        return rc == trncclSuccess ? trncclWait(&request, TRNCCL_TIMEOUT_DEFAULT) : rc;
-      };
-      for (int w = 0; w < o.warmup && !failed; ++w) failed = once() != trncclSuccess;
-      trncclBarrier(comm);
-      double start = seconds();
-      for (int it = 0; it < o.iters && !failed; ++it) failed = once() != trncclSuccess;
-      double local = (seconds() - start) / o.iters;
-      if (failed) break;
-      time[inPlace] = combineTime(comm, local, o.average, nranks);
-      if (o.check) {
-        std::vector<char> input(send.size());
-        coll.expected(call, input, want);
-        if (inPlace) {
-          if (!input.empty()) std::memcpy(both.data() + sendOffset, input.data(), input.size());
-        } else {
-          send = input;
-          sbuf = send.data();
+      *sbuf = inPlace ? both.data() + sendOffset : send.data();
+      *rbuf = inPlace ? both.data() + recvOffset : recv.data();
+      return sendOffset;
+    };
+    auto once = [&](const void* sbuf, char* rbuf) -> trncclResult_t {
+      if (o.blocking) return coll.run(call, sbuf, rbuf);
+      trncclRequest_t request = nullptr;
+      trncclResult_t rc = coll.runAsync(call, sbuf, rbuf, &request);
+      return rc == trncclSuccess ? trncclWait(&request, TRNCCL_TIMEOUT_DEFAULT) : rc;
+    };
+    // Repeats interleave the implementations (trnccl out of place, Open MPI, trnccl in place)
+    // so that a noisy neighbour on a shared machine hits all of them alike; medians are kept.
+    std::vector<double> samples[2], mpiSamples;
+    for (int rep = 0; rep < o.repeats && !failed; ++rep) {
+      for (int inPlace = 0; inPlace < placements && !failed; ++inPlace) {
+        const void* sbuf;
+        char* rbuf;
+        buffers(inPlace, &sbuf, &rbuf);
+        for (int w = 0; rep == 0 && w < o.warmup && !failed; ++w)
+          failed = once(sbuf, rbuf) != trncclSuccess;
+        trncclBarrier(comm);
+        double start = seconds();
+        for (int it = 0; it < o.iters && !failed; ++it) failed = once(sbuf, rbuf) != trncclSuccess;
+        double local = (seconds() - start) / o.iters;
+        if (failed) break;
+        samples[inPlace].push_back(combineTime(comm, local, o.average, nranks));
+        if (!inPlace && o.sideBySide) {
+          // The same call through Open MPI, on the same buffers, right after trnccl's.
+          for (int w = 0; rep == 0 && w < o.warmup; ++w)
+            coll.runMpi(call, send.data(), recv.data(), mpiType, mpiOp);
+          MPI_Barrier(MPI_COMM_WORLD);
+          double mpiStart = seconds();
+          for (int it = 0; it < o.iters; ++it)
+            coll.runMpi(call, send.data(), recv.data(), mpiType, mpiOp);
+          mpiSamples.push_back(
+              combineTime(comm, (seconds() - mpiStart) / o.iters, o.average, nranks));
         }
-        failed = once() != trncclSuccess;
-        long mine = 0;
-        size_t n = std::min(want.size(), recv.size()) / esize;
-        for (size_t i = 0; i < n; ++i)
-          if (std::memcmp(rbuf + i * esize, want.data() + i * esize, esize) != 0) ++mine;
-        long all = mine;
-        trncclAllReduce(&mine, &all, 1, trncclInt64, trncclSum, comm);
-        wrong[inPlace] = all;
       }
-      if (!inPlace && o.sideBySide) {
-        // The same call through Open MPI, on the same buffers, right after trnccl's.
-        for (int w = 0; w < o.warmup; ++w)
-          coll.runMpi(call, send.data(), recv.data(), mpiType, mpiOp);
-        MPI_Barrier(MPI_COMM_WORLD);
-        double mpiStart = seconds();
-        for (int it = 0; it < o.iters; ++it)
-          coll.runMpi(call, send.data(), recv.data(), mpiType, mpiOp);
-        mpiTime = combineTime(comm, (seconds() - mpiStart) / o.iters, o.average, nranks);
+    }
+    for (int k = 0; k < placements; ++k) time[k] = median(samples[k]);
+    mpiTime = median(mpiSamples);
+    for (int inPlace = 0; inPlace < placements && o.check && !failed; ++inPlace) {
+      const void* sbuf;
+      char* rbuf;
+      size_t sendOffset = buffers(inPlace, &sbuf, &rbuf);
+      std::vector<char> input(send.size());
+      coll.expected(call, input, want);
+      if (inPlace) {
+        if (!input.empty()) std::memcpy(both.data() + sendOffset, input.data(), input.size());
+      } else {
+        send = input;
+        sbuf = send.data();
       }
+      failed = once(sbuf, rbuf) != trncclSuccess;
+      long mine = 0;
+      size_t n = std::min(want.size(), recv.size()) / esize;
+      for (size_t i = 0; i < n; ++i)
+        if (std::memcmp(rbuf + i * esize, want.data() + i * esize, esize) != 0) ++mine;
+      long all = mine;
+      trncclAllReduce(&mine, &all, 1, trncclInt64, trncclSum, comm);
+      wrong[inPlace] = all;
     }
     if (failed) break;
     if (rank == 0) {
@@ -367,10 +398,11 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
                        "{\"tool\":\"%s\",\"impl\":\"trnccl\",\"nranks\":%d,\"size\":%zu,"
                        "\"count\":%zu,\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,"
                        "\"placement\":\"%s\",\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,"
-                       "\"wrong\":%ld}\n",
+                       "\"wrong\":%ld,\"repeats\":%d}\n",
                        coll.name, nranks, sizeBytes, count, dtypeName(o.dtype),
                        coll.usesOp ? redOpName(o.op) : "none", coll.usesRoot ? o.root : -1,
-                       k ? "in" : "out", time[k] * 1e6, algbw, busbw, o.check ? wrong[k] : -1);
+                       k ? "in" : "out", time[k] * 1e6, algbw, busbw, o.check ? wrong[k] : -1,
+                       o.repeats);
       }
       if (o.sideBySide) {
         double mpiBus = sizeBytes / mpiTime / 1e9 * coll.busFactor(nranks);
@@ -379,10 +411,10 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
           std::fprintf(json,
                        "{\"tool\":\"%s\",\"impl\":\"mpi\",\"nranks\":%d,\"size\":%zu,"
                        "\"count\":%zu,\"type\":\"%s\",\"redop\":\"%s\",\"placement\":\"out\","
-                       "\"time_us\":%.3f,\"busbw\":%.4f,\"ratio\":%.4f}\n",
+                       "\"time_us\":%.3f,\"busbw\":%.4f,\"ratio\":%.4f,\"repeats\":%d}\n",
                        coll.name, nranks, sizeBytes, count, dtypeName(o.dtype),
                        coll.usesOp ? redOpName(o.op) : "none", mpiTime * 1e6, mpiBus,
-                       mpiTime / time[0]);
+                       mpiTime / time[0], o.repeats);
       }
       std::printf("\n");
       std::fflush(stdout);
