@@ -316,7 +316,7 @@ void Communicator::failLocked(const Status& status) {
 
 void Communicator::progressLocked() {
   while (!queue_.empty()) {
-    std::shared_ptr<Operation> op = queue_.front();
+    Operation* op = queue_.front().get();  // no reference count traffic on the hot path
     Status status;
     if (!failure_.isOk()) {
       status = failure_;
@@ -342,22 +342,45 @@ void Communicator::progressLocked() {
 }
 
 bool Communicator::test(const std::shared_ptr<Operation>& op) {
+  Operation::SpinHint unused;
+  return test(op, &unused);
+}
+
+bool Communicator::test(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint) {
   if (op->finished.load(std::memory_order_acquire)) return true;
   std::lock_guard<std::mutex> lock(mutex_);
   progressLocked();
+  *hint = queue_.empty() ? Operation::SpinHint{} : queue_.front()->spinHint();
   return op->finished.load(std::memory_order_acquire);
 }
 
 Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSeconds) {
-  if (test(op)) return op->result;  // the common case for small calls: no clock read
-  Deadline deadline = Deadline::after(timeoutSeconds < 0 ? 1e9 : timeoutSeconds);
+  Operation::SpinHint hint;
+  if (test(op, &hint)) return op->result;  // the common case for small calls: no clock read
+  // The clock is read only once a wait outlasts its first 64 polls: most small calls finish
+  // before that, and a clock read costs as much as the rest of their software path.
+  Deadline deadline;
+  bool deadlineSet = timeoutSeconds < 0;
   int polls = 0;
-  while (!test(op)) {
-    if (++polls > spinCount_)
+  while (!test(op, &hint)) {
+    // Watch the one word the head operation waits for (it lives in the node segment, which
+    // outlives every operation): the progress pass reruns as soon as a peer writes it, and at
+    // least every 64 polls so that health checks and other waiters still get their turn.
+    if (hint.word && polls < spinCount_) {
+      do {
+        cpuRelax();
+      } while ((++polls & 63) != 0 && polls < spinCount_ &&
+               hint.word->load(std::memory_order_acquire) == hint.seen);
+    } else if (++polls > spinCount_) {
       sched_yield();
-    else
+    } else {
       cpuRelax();
-    if ((polls & 63) == 0 && timeoutSeconds >= 0 && deadline.expired())
+    }
+    if ((polls & 63) != 0 || timeoutSeconds < 0) continue;
+    if (!deadlineSet) {
+      deadline = Deadline::after(timeoutSeconds);
+      deadlineSet = true;
+    } else if (deadline.expired())
       return makeError(Code::kInProgress,
                        "rank %d %s on %s: still in progress after the "
                        "wait's %.3f s timeout",

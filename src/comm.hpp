@@ -48,6 +48,8 @@ class Communicator {
   Status wait(const std::shared_ptr<Operation>& op, double timeoutSeconds);
   // One non-blocking progress pass; true if op has finished.
   bool test(const std::shared_ptr<Operation>& op);
+  // test() that also returns what the operation at the head of the queue is spinning on.
+  bool test(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint);
   // Waits for every queued operation (used by destroy).
   Status flush();
   // Tells local peers this rank left on purpose (after flush, before destroy).

@@ -15,7 +15,7 @@ Status allReduceDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
     b.publishDescriptor(describe(a));
     auto ll = b.nextLLSlot();
     b.llWrite(ll, a.sendbuff, bytes);
-    b.llReduce(ll, a.recvbuff, a.count, a.op == trncclAvg ? c.nranks : 0);
+    b.llReduce(ll, a.sendbuff, a.recvbuff, a.count, a.op == trncclAvg ? c.nranks : 0);
     return Status::ok();
   }
   if (bytes > c.oneShotMaxBytes || bytes > c.windowBytes) {
@@ -26,9 +26,13 @@ Status allReduceDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   directRounds(
       b, a, 1, true, [&](int slot, size_t) { b.copy(c.window(c.rank, slot), a.sendbuff, bytes); },
       [&](int slot, size_t) {
+        // This rank's own input comes from its send buffer, not its window (see llReduce).
         b.reduce(
-            a.recvbuff, n, [&](int q) { return c.window(q, slot); }, a.count,
-            a.op == trncclAvg ? n : 0);
+            a.recvbuff, n,
+            [&](int q) {
+              return q == c.rank ? a.sendbuff : static_cast<const void*>(c.window(q, slot));
+            },
+            a.count, a.op == trncclAvg ? n : 0);
       });
   return Status::ok();
 }

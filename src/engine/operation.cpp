@@ -23,6 +23,7 @@ Result<bool> Operation::progress(ExecContext& ctx) {
     TRNCCL_RETURN_IF_ERROR(plan(builder));
   }
   if (!schedule_) return true;  // finished earlier; its schedule went back to the pool
+  spinHint_ = {};
   Schedule& s = *schedule_;
   while (cursor_ < s.steps.size()) {
     uint32_t group = s.steps[cursor_].group;
@@ -66,7 +67,10 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
     case StepKind::kWaitPeers:
       for (uint32_t i = 0; i < step.n; ++i) {
         int peer = step.first == kAllPeers ? static_cast<int>(i) : schedule_->peers[step.first + i];
-        if (ctx.segment->rankArea(peer)->counter.load(std::memory_order_acquire) < step.value) {
+        const std::atomic<uint64_t>& counter = ctx.segment->rankArea(peer)->counter;
+        uint64_t seen = counter.load(std::memory_order_acquire);
+        if (seen < step.value) {
+          spinHint_ = {&counter, seen};
           blockedOnPeer_ = ctx.globalOfLocal[peer];
           blockedOn_ = "waiting for a shared-window step of";
           return false;
@@ -124,7 +128,8 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       for (size_t l = 0; l * shm::kLLPayloadBytes < bytes; ++l) {
         size_t offset = l * shm::kLLPayloadBytes;
         for (int q = 0; q < localSize; ++q)
-          srcs[q] = ctx.segment->rankArea(q)->ll[step.first][l].payload;
+          srcs[q] = q == ctx.localRank ? static_cast<const char*>(step.src) + offset
+                                       : ctx.segment->rankArea(q)->ll[step.first][l].payload;
         size_t len = std::min(shm::kLLPayloadBytes, bytes - offset);
         reduce({schedule_->dtype, schedule_->op, static_cast<char*>(step.dst) + offset, srcs,
                 localSize, len / esize, step.avgDivisor});
@@ -148,7 +153,9 @@ Result<bool> Operation::llReady(const ExecContext& ctx, const Step& step, size_t
   for (int q = 0; q < localSize; ++q) {
     const shm::LLLine* peerLines = ctx.segment->rankArea(q)->ll[step.first];
     for (size_t l = 0; l < lines; ++l) {
-      if (peerLines[l].tag.load(std::memory_order_acquire) != step.value) {
+      uint64_t seen = peerLines[l].tag.load(std::memory_order_acquire);
+      if (seen != step.value) {
+        spinHint_ = {&peerLines[l].tag, seen};
         blockedOnPeer_ = ctx.globalOfLocal[q];
         blockedOn_ = "waiting for a small-message line of";
         return false;

@@ -43,6 +43,14 @@ class Operation {
   // Which peer the op is currently blocked on, for timeout messages (-1 = none).
   int blockedOnPeer() const { return blockedOnPeer_; }
   const char* blockedOn() const { return blockedOn_; }
+  // The shared word the operation last found not ready (a peer's small-message tag or
+  // progress counter) and the value it read: a waiter spins on this one word until it
+  // changes instead of re-running the whole progress pass (nullptr: no such single word).
+  struct SpinHint {
+    const std::atomic<uint64_t>* word = nullptr;
+    uint64_t seen = 0;
+  };
+  SpinHint spinHint() const { return spinHint_; }
   bool started() const { return started_; }
   // When the operation was first seen blocked (0 = not yet); timeouts count from here, which
   // keeps clock reads off the path of calls that never wait.
@@ -73,6 +81,7 @@ class Operation {
   int64_t startNs_ = 0;
   int blockedOnPeer_ = -1;
   const char* blockedOn_ = "";
+  SpinHint spinHint_;
 };
 
 }  // namespace trnccl

@@ -209,8 +209,12 @@ class ScheduleBuilder {
     step.value = ll.tag;
     add(step);
   }
-  void llReduce(const LLSlot& ll, void* dst, size_t count, int avgDivisor) {
+  // mine is this rank's own contribution, read from its source rather than from its line:
+  // on AMD parts a line the peer just read may have migrated to that peer's cache, and reading
+  // it back costs a transfer on the critical path.
+  void llReduce(const LLSlot& ll, const void* mine, void* dst, size_t count, int avgDivisor) {
     Step step = makeStep(StepKind::kLLReduce);
+    step.src = mine;
     step.dst = dst;
     step.bytes = count;
     step.first = static_cast<uint32_t>(ll.slot);
