@@ -5,6 +5,7 @@ packages=(
   g++ meson ninja-build pkg-config
   libfabric-dev libopenmpi-dev openmpi-bin libhwloc-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
+  python3-matplotlib
 )
 missing=()
 for p in "${packages[@]}"; do
