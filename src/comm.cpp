@@ -93,6 +93,38 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int nranks, const trn
   return comm;
 }
 
+namespace {
+
+struct TransportSet {
+  bool shm = true;
+  bool efa = true;
+};
+
+// TRNCCL_TRANSPORT: empty = everything; otherwise a comma list of self, shm, efa.
+Result<TransportSet> parseTransportList(const std::string& text) {
+  TransportSet set;
+  if (text.empty()) return set;
+  set.shm = set.efa = false;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (item == "shm")
+      set.shm = true;
+    else if (item == "efa")
+      set.efa = true;
+    else if (item != "self" && !item.empty())
+      return makeError(Code::kInvalidArgument,
+                       "TRNCCL_TRANSPORT='%s': unknown transport '%s' (known: self, shm, efa)",
+                       text.c_str(), item.c_str());
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return set;
+}
+
+}  // namespace
+
 Communicator::~Communicator() = default;
 
 Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
@@ -126,27 +158,69 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   std::snprintf(me.hostName, sizeof(me.hostName), "%s", host.name.c_str());
   std::snprintf(me.hostId, sizeof(me.hostId), "%s", host.id.c_str());
   Deadline deadline = Deadline::after(options.timeoutSeconds);
-  auto table = bootstrap::rendezvous(id, nranks, rank, me, options.timeoutSeconds);
-  TRNCCL_RETURN_IF_ERROR(table.status());
-  peers_ = std::move(table.value());
+  auto joined = bootstrap::rendezvous(id, nranks, rank, me, options.timeoutSeconds);
+  TRNCCL_RETURN_IF_ERROR(joined.status());
+  peers_ = std::move(joined.value().table);
+  bootstrap::Session session = std::move(joined.value().session);
 
   std::vector<uint64_t> hashes;
   for (const auto& p : peers_) hashes.push_back(p.hostHash);
   layout_ = topology::groupByHost(hashes);
-  if (layout_.nnodes > 1) {
-    int other = layout_.ranksOfNode[layout_.nodeOfRank[rank] == 0 ? 1 : 0].front();
-    return makeError(Code::kInvalidUsage,
-                     "the ranks span %d nodes (rank %d is on host '%s', rank %d on '%s'), but "
-                     "this build has no transport between nodes yet (the efa transport); run "
-                     "every rank on one host, or give them the same TRNCCL_HOSTID",
-                     layout_.nnodes, rank, peers_[rank].hostId, other, peers_[other].hostId);
+  auto usable = parseTransportList(env::getString(env::kTransport));
+  TRNCCL_RETURN_IF_ERROR(usable.status());
+  const TransportSet allowed = usable.value();
+  // Per peer: itself, shm inside the node, libfabric otherwise (or for everyone when
+  // TRNCCL_TRANSPORT leaves only efa).
+  std::vector<char> viaEfa(nranks, 0);
+  for (int r = 0; r < nranks; ++r) {
+    if (r == rank) continue;
+    bool sameNode = layout_.nodeOfRank[r] == layout_.nodeOfRank[rank];
+    if (sameNode && allowed.shm) continue;
+    if (!allowed.efa)
+      return makeError(Code::kInvalidUsage,
+                       "TRNCCL_TRANSPORT='%s' leaves no transport to rank %d (%s node '%s'); "
+                       "allow shm for ranks of one node and efa between nodes",
+                       env::getString(env::kTransport).c_str(), r, sameNode ? "same" : "other",
+                       peers_[r].hostId);
+    viaEfa[r] = 1;
   }
-  std::string transports = env::getString(env::kTransport);
-  if (!transports.empty() && nranks > 1 && transports.find("shm") == std::string::npos)
-    return makeError(Code::kInvalidUsage,
-                     "TRNCCL_TRANSPORT='%s' leaves no transport for the other ranks on this "
-                     "node (available: self, shm)",
-                     transports.c_str());
+  const bool needEfa = std::count(viaEfa.begin(), viaEfa.end(), 1) > 0;
+  if (needEfa) {
+    auto rails = env::getInt(env::kEfaRails);
+    TRNCCL_RETURN_IF_ERROR(rails.status());
+    if (rails.value() < 0 || rails.value() > 32)
+      return makeError(Code::kInvalidArgument, "TRNCCL_EFA_RAILS=%lld is outside 0..32",
+                       static_cast<long long>(rails.value()));
+    auto opened = efa::EfaTransport::open(rank, nranks, env::getString(env::kFiProvider),
+                                          static_cast<int>(rails.value()));
+    TRNCCL_RETURN_IF_ERROR(opened.status());
+    efa_ = std::move(opened.value());
+  }
+  // Second bootstrap round: the network addresses, and the algorithm setting every rank must
+  // share (ranks of other nodes cannot compare it through the node segment).
+  std::string algoText = options.algorithm.empty() ? env::getString(env::kAlgo) : options.algorithm;
+  const uint64_t algoHash = std::hash<std::string>{}(algoText);
+  std::string blob(reinterpret_cast<const char*>(&algoHash), sizeof(algoHash));
+  if (efa_) blob += efa_->addressBlob();
+  auto blobs = session.exchange(blob, std::max(0.1, deadline.remainingMs() / 1000.0));
+  TRNCCL_RETURN_IF_ERROR(blobs.status());
+  std::vector<std::string> efaAddresses(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    const std::string& theirs = blobs.value()[r];
+    uint64_t theirHash = 0;
+    if (theirs.size() >= sizeof(theirHash)) std::memcpy(&theirHash, theirs.data(), 8);
+    if (theirHash != algoHash)
+      return makeError(Code::kInvalidUsage,
+                       "rank %d and rank %d were started with different TRNCCL_ALGO settings "
+                       "(this rank: '%s'); every rank must plan alike",
+                       rank, r, algoText.c_str());
+    if (viaEfa[r]) {
+      efaAddresses[r] = theirs.substr(sizeof(theirHash));
+      if (efaAddresses[r].empty())
+        return makeError(Code::kInternalError, "rank %d published no efa address", r);
+    }
+  }
+  if (efa_) TRNCCL_RETURN_IF_ERROR(efa_->connect(efaAddresses));
 
   const auto& localRanks = layout_.ranksOfNode[layout_.nodeOfRank[rank]];
   localOfRank_.assign(nranks, -1);
@@ -160,14 +234,16 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   params.ringSlotBytes = (ringSlotBytes.value() + 63) / 64 * 64;
   params.oneShotMaxBytes = oneShot.value();
   params.llMaxBytes = llMax.value();
-  std::string algoText = options.algorithm.empty() ? env::getString(env::kAlgo) : options.algorithm;
-  params.algorithmHash = std::hash<std::string>{}(algoText);
+  params.algorithmHash = algoHash;
   bootstrap::UniqueIdData idData = bootstrap::parseUniqueId(id).value();
   std::string segmentName =
       strformat("trnccl-%016llx-%016llx", static_cast<unsigned long long>(idData.nonce),
                 static_cast<unsigned long long>(peers_[rank].hostHash));
-  for (int r : localRanks)
-    if (r != rank) watch_.watch(r, peers_[r].pid);
+  // Watch every rank on this machine, emulated nodes (TRNCCL_HOSTID) included: a peer that
+  // dies is then reported at once instead of at the timeout.
+  for (int r = 0; r < nranks; ++r)
+    if (r != rank && !std::strcmp(peers_[r].hostName, peers_[rank].hostName))
+      watch_.watch(r, peers_[r].pid);
   auto localPeersAlive = [&]() -> Status {
     for (int r : localRanks)
       if (r != rank && watch_.isDead(r))
@@ -189,12 +265,14 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   ctx_.windows = &windows_;
   ctx_.transportOfPeer.resize(nranks);
   for (int r = 0; r < nranks; ++r)
-    ctx_.transportOfPeer[r] = r == rank ? static_cast<Transport*>(self_.get()) : shm_.get();
+    ctx_.transportOfPeer[r] = r == rank   ? static_cast<Transport*>(self_.get())
+                              : viaEfa[r] ? static_cast<Transport*>(efa_.get())
+                                          : shm_.get();
 
   CommView view;
   view.rank = rank;
   view.nranks = nranks;
-  view.allLocal = layout_.nnodes == 1;
+  view.allLocal = !needEfa;  // direct algorithms read peers' windows: shm peers only
   view.segment = &segment_;
   view.windowBytes = segment_.params().windowBytes;  // the creator's values bind everyone
   view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;
@@ -206,12 +284,18 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
 
   TRNCCL_INFO(log::kInit,
               "%s rank %d/%d: %d node(s), local rank %d of %zu, pid %d on %s; transports: "
-              "self for itself, shm for %d peer(s); shm window %zu B x %d slots, rings %u x "
-              "%zu B; reduction kernels %s; spin %d; timeout %.1f s",
+              "self for itself, shm for %d peer(s), efa for %d peer(s); shm window %zu B x %d "
+              "slots, rings %u x %zu B; reduction kernels %s; spin %d; timeout %.1f s",
               options_.name.c_str(), rank, nranks, layout_.nnodes, localRank, localRanks.size(),
-              me.pid, host.name.c_str(), nranks - 1, view.windowBytes, shm::kWindowSlots,
-              segment_.params().ringSlots, static_cast<size_t>(segment_.params().ringSlotBytes),
-              reduceKernelIsa(), spinCount_, options_.timeoutSeconds);
+              me.pid, host.name.c_str(),
+              nranks - 1 - static_cast<int>(std::count(viaEfa.begin(), viaEfa.end(), 1)),
+              static_cast<int>(std::count(viaEfa.begin(), viaEfa.end(), 1)), view.windowBytes,
+              shm::kWindowSlots, segment_.params().ringSlots,
+              static_cast<size_t>(segment_.params().ringSlotBytes), reduceKernelIsa(), spinCount_,
+              options_.timeoutSeconds);
+  if (efa_)
+    TRNCCL_INFO(log::kNet, "%s rank %d efa: %s", options_.name.c_str(), rank,
+                efa_->describe().c_str());
   TRNCCL_INFO(log::kInit, "%s rank %d plan: %s", options_.name.c_str(), rank,
               planner_->planTable().c_str());
   return Status::ok();

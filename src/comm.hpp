@@ -15,6 +15,7 @@
 #include "core/liveness.hpp"
 #include "engine/operation.hpp"
 #include "topology/host.hpp"
+#include "transports/efa/efa_transport.hpp"
 #include "transports/self/self_transport.hpp"
 #include "transports/shm/segment.hpp"
 #include "transports/shm/shm_transport.hpp"
@@ -81,6 +82,7 @@ class Communicator {
   shm::Segment segment_;
   std::unique_ptr<shm::ShmTransport> shm_;
   std::unique_ptr<SelfTransport> self_;
+  std::unique_ptr<efa::EfaTransport> efa_;  // only when some peer is reached through libfabric
   WindowState windows_;
   ExecContext ctx_;
   std::unique_ptr<Planner> planner_;

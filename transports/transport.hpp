@@ -32,6 +32,7 @@ struct TransferOp {
   // Progress state, owned by the transport.
   size_t done = 0;
   bool started = false;
+  void* transportState = nullptr;  // a network transport's per-message record (heap, stable)
 };
 
 class Transport {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,9 +38,33 @@ static_assert(sizeof(UniqueIdData) <= TRNCCL_UNIQUE_ID_BYTES);
 Status createUniqueId(trncclUniqueId* id);
 Result<UniqueIdData> parseUniqueId(const trncclUniqueId& id);
 
-// Blocks until every rank joined or timeoutSeconds passed. Returns the table indexed by rank.
-Result<std::vector<PeerInfo>> rendezvous(const trncclUniqueId& id, int nranks, int rank,
-                                         const PeerInfo& self, double timeoutSeconds);
+struct Joined;
+
+// A rank's connection to the root after the table arrived, kept for one exchange round.
+class Session {
+ public:
+  Session() = default;
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  ~Session();
+  // Every rank sends a blob (at most 64 KiB, may be empty) and receives everyone's, indexed by
+  // rank. Called exactly once per rendezvous by every rank: the root waits for all of them.
+  Result<std::vector<std::string>> exchange(const std::string& blob, double timeoutSeconds);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  friend Result<Joined> rendezvous(const trncclUniqueId&, int, int, const PeerInfo&, double);
+};
+
+struct Joined {
+  std::vector<PeerInfo> table;  // indexed by rank
+  Session session;
+};
+
+// Blocks until every rank joined or timeoutSeconds passed.
+Result<Joined> rendezvous(const trncclUniqueId& id, int nranks, int rank, const PeerInfo& self,
+                          double timeoutSeconds);
 
 // Hex text form of a unique id, for passing through environment variables.
 std::string uniqueIdToHex(const trncclUniqueId& id);

@@ -19,8 +19,60 @@ Result<UniqueIdData> parseUniqueId(const trncclUniqueId& id) {
   return data;
 }
 
-Result<std::vector<PeerInfo>> rendezvous(const trncclUniqueId& id, int nranks, int rank,
-                                         const PeerInfo& self, double timeoutSeconds) {
+struct Session::Impl {
+  Socket socket;
+  std::string root;
+};
+
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+Session::~Session() = default;
+
+namespace {
+
+struct Reply {
+  uint16_t type;
+  std::vector<char> payload;
+};
+
+// One message from the root; its error messages become this rank's Status.
+Result<Reply> receiveReply(Socket& socket, const Deadline& deadline, const std::string& root,
+                           double timeoutSeconds, const char* stage) {
+  wire::Header reply;
+  Status got = socket.recvAll(&reply, sizeof(reply), deadline);
+  if (got.code() == Code::kTimeout)
+    return makeError(Code::kTimeout,
+                     "%s timed out after %.1f s: the root at %s did not answer (TRNCCL_TIMEOUT)",
+                     stage, timeoutSeconds, root.c_str());
+  TRNCCL_RETURN_IF_ERROR(got.withContext(std::string(stage) + " with " + root + ": "));
+  if (reply.magic != wire::kMagic || reply.length > wire::kMaxPayload)
+    return makeError(Code::kRemoteError, "%s: the root at %s sent a malformed reply", stage,
+                     root.c_str());
+  Reply out{reply.type, std::vector<char>(reply.length)};
+  TRNCCL_RETURN_IF_ERROR(socket.recvAll(out.payload.data(), out.payload.size(), deadline));
+  if (reply.type == static_cast<uint16_t>(wire::Type::kError)) {
+    std::string text(out.payload.begin(), out.payload.end());
+    bool timedOut = text.find("timed out") != std::string::npos;
+    return Status(timedOut ? Code::kTimeout : Code::kInvalidUsage, text);
+  }
+  return out;
+}
+
+Status sendMessage(Socket& socket, wire::Type type, const void* a, size_t aBytes, const void* b,
+                   size_t bBytes, const Deadline& deadline) {
+  wire::Header header{wire::kMagic, wire::kVersion, static_cast<uint16_t>(type),
+                      static_cast<uint32_t>(aBytes + bBytes)};
+  std::vector<char> message(sizeof(header) + aBytes + bBytes);
+  std::memcpy(message.data(), &header, sizeof(header));
+  if (aBytes) std::memcpy(message.data() + sizeof(header), a, aBytes);
+  if (bBytes) std::memcpy(message.data() + sizeof(header) + aBytes, b, bBytes);
+  return socket.sendAll(message.data(), message.size(), deadline);
+}
+
+}  // namespace
+
+Result<Joined> rendezvous(const trncclUniqueId& id, int nranks, int rank, const PeerInfo& self,
+                          double timeoutSeconds) {
   auto parsed = parseUniqueId(id);
   TRNCCL_RETURN_IF_ERROR(parsed.status());
   const UniqueIdData& data = parsed.value();
@@ -32,38 +84,53 @@ Result<std::vector<PeerInfo>> rendezvous(const trncclUniqueId& id, int nranks, i
   Socket& socket = connected.value();
 
   wire::Hello hello{data.nonce, nranks, rank, static_cast<int64_t>(timeoutSeconds * 1000)};
-  wire::Header header{wire::kMagic, wire::kVersion, static_cast<uint16_t>(wire::Type::kHello),
-                      static_cast<uint32_t>(sizeof(hello) + sizeof(PeerInfo))};
-  std::vector<char> message(sizeof(header) + header.length);
-  std::memcpy(message.data(), &header, sizeof(header));
-  std::memcpy(message.data() + sizeof(header), &hello, sizeof(hello));
-  std::memcpy(message.data() + sizeof(header) + sizeof(hello), &self, sizeof(self));
-  TRNCCL_RETURN_IF_ERROR(socket.sendAll(message.data(), message.size(), deadline));
-
-  wire::Header reply;
-  Status got = socket.recvAll(&reply, sizeof(reply), deadline);
-  if (got.code() == Code::kTimeout)
-    return makeError(Code::kTimeout,
-                     "rendezvous timed out after %.1f s: the root at %s did not answer "
-                     "(TRNCCL_TIMEOUT)",
-                     timeoutSeconds, root.toString().c_str());
-  TRNCCL_RETURN_IF_ERROR(got.withContext("rendezvous with " + root.toString() + ": "));
-  if (reply.magic != wire::kMagic || reply.length > wire::kMaxPayload)
-    return makeError(Code::kRemoteError, "rendezvous root at %s sent a malformed reply",
-                     root.toString().c_str());
-  std::vector<char> payload(reply.length);
-  TRNCCL_RETURN_IF_ERROR(socket.recvAll(payload.data(), payload.size(), deadline));
-  if (reply.type == static_cast<uint16_t>(wire::Type::kError)) {
-    std::string text(payload.begin(), payload.end());
-    bool timedOut = text.find("timed out") != std::string::npos;
-    return Status(timedOut ? Code::kTimeout : Code::kInvalidUsage, text);
-  }
-  if (reply.type != static_cast<uint16_t>(wire::Type::kTable) ||
-      reply.length != static_cast<uint32_t>(nranks) * sizeof(PeerInfo))
+  TRNCCL_RETURN_IF_ERROR(sendMessage(socket, wire::Type::kHello, &hello, sizeof(hello), &self,
+                                     sizeof(self), deadline));
+  auto reply = receiveReply(socket, deadline, root.toString(), timeoutSeconds, "rendezvous");
+  TRNCCL_RETURN_IF_ERROR(reply.status());
+  if (reply.value().type != static_cast<uint16_t>(wire::Type::kTable) ||
+      reply.value().payload.size() != static_cast<size_t>(nranks) * sizeof(PeerInfo))
     return makeError(Code::kRemoteError, "rendezvous root sent a table of the wrong size");
-  std::vector<PeerInfo> table(nranks);
-  std::memcpy(table.data(), payload.data(), payload.size());
-  return table;
+  Joined joined;
+  joined.table.resize(nranks);
+  std::memcpy(joined.table.data(), reply.value().payload.data(), reply.value().payload.size());
+  joined.session.impl_ = std::make_unique<Session::Impl>();
+  joined.session.impl_->socket = std::move(socket);
+  joined.session.impl_->root = root.toString();
+  return joined;
+}
+
+Result<std::vector<std::string>> Session::exchange(const std::string& blob, double timeoutSeconds) {
+  if (!impl_ || !impl_->socket.valid())
+    return makeError(Code::kInternalError, "bootstrap exchange without a rendezvous session");
+  if (blob.size() > wire::kMaxExchangeBytes)
+    return makeError(Code::kInternalError, "bootstrap exchange blob of %zu bytes (limit %u)",
+                     blob.size(), wire::kMaxExchangeBytes);
+  Deadline deadline = Deadline::after(timeoutSeconds);
+  TRNCCL_RETURN_IF_ERROR(sendMessage(impl_->socket, wire::Type::kExchange, blob.data(), blob.size(),
+                                     nullptr, 0, deadline));
+  auto reply =
+      receiveReply(impl_->socket, deadline, impl_->root, timeoutSeconds, "bootstrap exchange");
+  impl_->socket.close();  // one round per rendezvous
+  TRNCCL_RETURN_IF_ERROR(reply.status());
+  const std::vector<char>& p = reply.value().payload;
+  uint32_t n = 0;
+  if (reply.value().type != static_cast<uint16_t>(wire::Type::kExchangeTable) || p.size() < 4)
+    return makeError(Code::kRemoteError, "bootstrap exchange: malformed answer from the root");
+  std::memcpy(&n, p.data(), 4);
+  size_t offset = 4 + static_cast<size_t>(n) * 4;
+  if (offset > p.size())
+    return makeError(Code::kRemoteError, "bootstrap exchange: malformed answer from the root");
+  std::vector<std::string> blobs(n);
+  for (uint32_t r = 0; r < n; ++r) {
+    uint32_t length;
+    std::memcpy(&length, p.data() + 4 + r * 4, 4);
+    if (offset + length > p.size())
+      return makeError(Code::kRemoteError, "bootstrap exchange: malformed answer from the root");
+    blobs[r].assign(p.data() + offset, length);
+    offset += length;
+  }
+  return blobs;
 }
 
 std::string uniqueIdToHex(const trncclUniqueId& id) {

@@ -51,6 +51,10 @@ class Root {
 
   void run() {
     while (!done_) {
+      if (exchanging_) {
+        exchangeStep();
+        continue;
+      }
       std::vector<pollfd> fds;
       fds.push_back({listener_.fd(), POLLIN, 0});
       for (auto& c : pending_) fds.push_back({c->socket.fd(), POLLIN, 0});
@@ -128,6 +132,7 @@ class Root {
       sockets_.resize(nranks_);
       double seconds = std::max<int64_t>(hello.timeoutMs, 100) / 1000.0;
       // Answer slightly before the ranks give up, so they get the list of missing ranks.
+      timeoutSeconds_ = seconds;
       deadline_ = Deadline::after(seconds * 0.9);
     } else if (hello.nranks != nranks_) {
       sendError(socket, strformat("rank %d was initialised with nranks=%d but rank %d said "
@@ -162,6 +167,80 @@ class Root {
     for (int r = 0; r < nranks_; ++r) table[r] = *joined_[r];
     uint32_t bytes = static_cast<uint32_t>(table.size() * sizeof(PeerInfo));
     for (auto& s : sockets_) sendMessage(s, wire::Type::kTable, table.data(), bytes);
+    // Second round: every rank sends one blob (its network addresses); see wire.hpp.
+    exchanging_ = true;
+    exchangeBuffers_.assign(nranks_, {});
+    exchangeBlobs_.assign(nranks_, std::nullopt);
+    deadline_ = Deadline::after(timeoutSeconds_ * 0.9);
+  }
+
+  void exchangeStep() {
+    std::vector<pollfd> fds;
+    std::vector<int> rankOf;
+    for (int r = 0; r < nranks_; ++r)
+      if (!exchangeBlobs_[r]) {
+        fds.push_back({sockets_[r].fd(), POLLIN, 0});
+        rankOf.push_back(r);
+      }
+    int rc = ::poll(fds.data(), fds.size(), 100);
+    if (rc < 0 && errno != EINTR) return failAll("rendezvous root failed: poll error");
+    for (size_t i = 0; i < fds.size() && !done_; ++i)
+      if (fds[i].revents) readExchange(rankOf[i]);
+    if (done_) return;
+    int have = 0;
+    for (auto& blob : exchangeBlobs_) have += blob.has_value();
+    if (have == nranks_) return sendExchangeTable();
+    if (deadline_->expired()) {
+      std::string missing;
+      for (int r = 0; r < nranks_; ++r)
+        if (!exchangeBlobs_[r]) {
+          if (!missing.empty()) missing += ',';
+          missing += std::to_string(r);
+        }
+      failAll(
+          strformat("bootstrap exchange timed out: ranks [%s] joined but never sent their "
+                    "addresses (stuck or failed during init); raise TRNCCL_TIMEOUT if "
+                    "they are only slow",
+                    missing.c_str()));
+    }
+  }
+
+  void readExchange(int rank) {
+    std::vector<char>& buffer = exchangeBuffers_[rank];
+    char chunk[4096];
+    ssize_t n = ::recv(sockets_[rank].fd(), chunk, sizeof(chunk), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      sockets_[rank].close();
+      return failAll(
+          strformat("rank %d (pid %d on %s) left the job between the rendezvous and "
+                    "the address exchange (its init failed or it died)",
+                    rank, joined_[rank]->pid, joined_[rank]->hostName));
+    }
+    if (n < 0) return;
+    buffer.insert(buffer.end(), chunk, chunk + n);
+    if (buffer.size() < sizeof(wire::Header)) return;
+    wire::Header header;
+    std::memcpy(&header, buffer.data(), sizeof(header));
+    if (header.magic != wire::kMagic || header.version != wire::kVersion ||
+        header.type != static_cast<uint16_t>(wire::Type::kExchange) ||
+        header.length > wire::kMaxExchangeBytes)
+      return failAll(strformat("rank %d sent a malformed exchange message", rank));
+    if (buffer.size() < sizeof(header) + header.length) return;
+    exchangeBlobs_[rank] = std::string(buffer.data() + sizeof(header), header.length);
+  }
+
+  void sendExchangeTable() {
+    std::string payload(4 + 4 * static_cast<size_t>(nranks_), '\0');
+    uint32_t n = static_cast<uint32_t>(nranks_);
+    std::memcpy(payload.data(), &n, 4);
+    for (int r = 0; r < nranks_; ++r) {
+      uint32_t length = static_cast<uint32_t>(exchangeBlobs_[r]->size());
+      std::memcpy(payload.data() + 4 + 4 * r, &length, 4);
+      payload += *exchangeBlobs_[r];
+    }
+    for (auto& s : sockets_)
+      sendMessage(s, wire::Type::kExchangeTable, payload.data(),
+                  static_cast<uint32_t>(payload.size()));
     done_ = true;
   }
 
@@ -207,6 +286,10 @@ class Root {
   int firstRank_ = -1;
   int joinedCount_ = 0;
   bool done_ = false;
+  double timeoutSeconds_ = 0;
+  bool exchanging_ = false;
+  std::vector<std::vector<char>> exchangeBuffers_;
+  std::vector<std::optional<std::string>> exchangeBlobs_;
 };
 
 uint64_t randomNonce() {

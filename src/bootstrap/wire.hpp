@@ -10,7 +10,17 @@ constexpr uint16_t kVersion = 1;
 constexpr uint32_t kMaxPayload = 16u << 20;
 constexpr uint32_t kIdMagic = 0x74726e69;  // "trni"
 
-enum class Type : uint16_t { kHello = 1, kTable = 2, kError = 3 };
+// After the table, each rank sends one kExchange blob (network addresses and anything else the
+// ranks must agree on); the root answers every rank with kExchangeTable: uint32 n, uint32
+// lengths[n], then the n blobs in rank order.
+enum class Type : uint16_t {
+  kHello = 1,
+  kTable = 2,
+  kError = 3,
+  kExchange = 4,
+  kExchangeTable = 5
+};
+constexpr uint32_t kMaxExchangeBytes = 64u << 10;
 
 struct Header {
   uint32_t magic;

@@ -34,8 +34,9 @@ const Var kNranks{"TRNCCL_NRANKS", Kind::kInt, "-1",
 const Var kUniqueId{"TRNCCL_UNIQUE_ID", Kind::kString, "",
                     "Hex-encoded trncclUniqueId, set by the trnccl-run launcher."};
 const Var kTransport{"TRNCCL_TRANSPORT", Kind::kString, "",
-                     "Comma list restricting the transports used between ranks (self, shm). "
-                     "Empty = every transport built in."};
+                     "Comma list restricting the transports used between ranks: self, shm, efa. "
+                     "Empty = every transport built in (shm inside a node, efa between "
+                     "nodes); 'efa' alone sends every peer's traffic through libfabric."};
 const Var kAlgo{"TRNCCL_ALGO", Kind::kString, "",
                 "Algorithm override: 'ring', 'direct', or per collective "
                 "'allreduce:ring;allgather:direct'. Empty = planner's choice."};
@@ -56,12 +57,21 @@ const Var kLLMaxBytes{"TRNCCL_LL_MAX_BYTES", Kind::kBytes, "64",
 const Var kShmDir{"TRNCCL_SHM_DIR", Kind::kString, "/dev/shm",
                   "Where shared-memory segments live; must be a tmpfs mount."};
 
+const Var kFiProvider{"TRNCCL_FI_PROVIDER", Kind::kString, "",
+                      "libfabric provider for the efa transport, e.g. 'efa', 'tcp;ofi_rxm' "
+                      "(pin it with FI_TCP_IFACE) or 'shm'. Empty = efa if present, else "
+                      "tcp;ofi_rxm, else shm."};
+const Var kEfaRails{"TRNCCL_EFA_RAILS", Kind::kInt, "0",
+                    "Endpoints (rails) per rank that large messages are striped over. 0 = one "
+                    "per NIC (domain) the provider offers; more than the NICs opens several "
+                    "endpoints per NIC (how loopback exercises striping)."};
+
 const std::vector<const Var*>& all() {
   static const std::vector<const Var*> vars = {
       &kDebug,           &kDebugSubsys,   &kDebugFile,     &kTimeout,      &kSpinCount,
       &kHostId,          &kBootstrapAddr, &kRank,          &kNranks,       &kUniqueId,
       &kTransport,       &kAlgo,          &kShmChunkBytes, &kShmRingSlots, &kShmRingSlotBytes,
-      &kOneShotMaxBytes, &kLLMaxBytes,    &kShmDir};
+      &kOneShotMaxBytes, &kLLMaxBytes,    &kShmDir,        &kFiProvider,   &kEfaRails};
   return vars;
 }
 

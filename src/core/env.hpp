@@ -41,6 +41,8 @@ extern const Var kShmRingSlotBytes;
 extern const Var kOneShotMaxBytes;
 extern const Var kLLMaxBytes;
 extern const Var kShmDir;
+extern const Var kFiProvider;
+extern const Var kEfaRails;
 
 const std::vector<const Var*>& all();
 

@@ -1,0 +1,161 @@
+#include "transports/efa/fabric.hpp"
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_errno.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "core/strformat.hpp"
+
+namespace trnccl::efa {
+
+std::string fiError(const char* call, ssize_t rc) {
+  return strformat("%s: %s (%zd)", call, fi_strerror(static_cast<int>(-rc)), rc);
+}
+
+namespace {
+
+constexpr uint32_t kApiVersion = FI_VERSION(1, 11);
+
+// The hints every provider must accept: reliable datagram endpoints with tagged and plain
+// messages, the registration modes EFA requires (a provider that needs fewer returns fewer),
+// and the context space we always provide.
+InfoPtr makeHints(const std::string& provider, bool rma) {
+  InfoPtr hints(fi_allocinfo());
+  if (!hints) return hints;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_MSG | FI_TAGGED | (rma ? FI_RMA : 0);
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+  hints->domain_attr->threading = FI_THREAD_DOMAIN;  // the communicator serialises calls
+  if (!provider.empty()) hints->fabric_attr->prov_name = strdup(provider.c_str());
+  return hints;
+}
+
+Result<InfoPtr> getInfo(const std::string& provider, bool rma) {
+  InfoPtr hints = makeHints(provider, rma);
+  if (!hints) return makeError(Code::kSystemError, "fi_allocinfo failed (out of memory)");
+  fi_info* found = nullptr;
+  int rc = fi_getinfo(kApiVersion, nullptr, nullptr, 0, hints.get(), &found);
+  if (rc != 0) return makeError(Code::kSystemError, "%s", fiError("fi_getinfo", rc).c_str());
+  return InfoPtr(found);
+}
+
+}  // namespace
+
+std::string describeOffered() {
+  fi_info* all = nullptr;
+  InfoPtr hints(fi_allocinfo());
+  if (!hints) return "(fi_allocinfo failed)";
+  hints->ep_attr->type = FI_EP_RDM;
+  if (fi_getinfo(kApiVersion, nullptr, nullptr, 0, hints.get(), &all) != 0 || !all)
+    return "no RDM provider at all";
+  InfoPtr owner(all);
+  std::set<std::string> seen;
+  std::string text;
+  for (fi_info* i = all; i; i = i->next) {
+    std::string item =
+        strformat("%s (%s%s%s)", i->fabric_attr->prov_name, i->domain_attr->name,
+                  (i->caps & FI_TAGGED) ? "" : ", no FI_TAGGED", (i->caps & FI_RMA) ? ", rma" : "");
+    if (!seen.insert(item).second) continue;
+    if (!text.empty()) text += ", ";
+    text += item;
+  }
+  return text;
+}
+
+Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails) {
+  std::vector<std::string> order;
+  if (!wanted.empty())
+    order.push_back(wanted);
+  else
+    order = {"efa", "tcp;ofi_rxm", "shm"};
+  std::string tried;
+  for (const std::string& provider : order) {
+    ProviderChoice choice;
+    auto infos = getInfo(provider, /*rma=*/true);
+    if (infos.isOk()) {
+      choice.rma = true;
+    } else {
+      infos = getInfo(provider, /*rma=*/false);
+    }
+    if (!infos.isOk()) {
+      tried += strformat("%s%s: %s", tried.empty() ? "" : "; ", provider.c_str(),
+                         infos.status().message().c_str());
+      continue;
+    }
+    choice.infos = std::move(infos.value());
+    // One info per distinct domain (NIC); prefer IPv4 addressing where the provider offers both.
+    std::vector<fi_info*> domains;
+    std::set<std::string> names;
+    for (fi_info* i = choice.infos.get(); i; i = i->next) {
+      if (i->addr_format == FI_SOCKADDR_IN6) continue;
+      if (names.insert(i->domain_attr->name).second) domains.push_back(i);
+    }
+    if (domains.empty()) domains.push_back(choice.infos.get());
+    const size_t want = rails > 0 ? static_cast<size_t>(rails) : domains.size();
+    for (size_t r = 0; r < want; ++r) choice.use.push_back(domains[r % domains.size()]);
+    return choice;
+  }
+  return makeError(Code::kSystemError,
+                   "no libfabric provider accepted trnccl's needs (FI_EP_RDM with FI_MSG and "
+                   "FI_TAGGED): %s. fi_getinfo offers: %s. Set TRNCCL_FI_PROVIDER to one of "
+                   "those (e.g. 'tcp;ofi_rxm' with FI_TCP_IFACE=lo on one machine)",
+                   tried.c_str(), describeOffered().c_str());
+}
+
+Result<std::unique_ptr<Rail>> openRail(fi_info* info) {
+  auto rail = std::make_unique<Rail>();
+  rail->info = info;
+  const char* prov = info->fabric_attr->prov_name;
+  auto fail = [&](const char* call, int rc) {
+    return makeError(Code::kSystemError, "libfabric provider %s, domain %s: %s", prov,
+                     info->domain_attr->name, fiError(call, rc).c_str());
+  };
+  int rc = fi_fabric(info->fabric_attr, rail->fabric.out(), nullptr);
+  if (rc) return fail("fi_fabric", rc);
+  rc = fi_domain(rail->fabric.get(), info, rail->domain.out(), nullptr);
+  if (rc) return fail("fi_domain", rc);
+  fi_cq_attr cqAttr{};
+  cqAttr.format = FI_CQ_FORMAT_TAGGED;
+  cqAttr.size = std::max<size_t>(info->tx_attr->size + info->rx_attr->size, 256);
+  rc = fi_cq_open(rail->domain.get(), &cqAttr, rail->cq.out(), nullptr);
+  if (rc) return fail("fi_cq_open", rc);
+  fi_av_attr avAttr{};
+  avAttr.type = FI_AV_TABLE;
+  rc = fi_av_open(rail->domain.get(), &avAttr, rail->av.out(), nullptr);
+  if (rc) return fail("fi_av_open", rc);
+  rc = fi_endpoint(rail->domain.get(), info, rail->ep.out(), nullptr);
+  if (rc) return fail("fi_endpoint", rc);
+  rc = fi_ep_bind(rail->ep.get(), &rail->cq.get()->fid, FI_TRANSMIT | FI_RECV);
+  if (rc) return fail("fi_ep_bind(cq)", rc);
+  rc = fi_ep_bind(rail->ep.get(), &rail->av.get()->fid, 0);
+  if (rc) return fail("fi_ep_bind(av)", rc);
+  rc = fi_enable(rail->ep.get());
+  if (rc) return fail("fi_enable", rc);
+  char name[256];
+  size_t length = sizeof(name);
+  rc = fi_getname(&rail->ep.get()->fid, name, &length);
+  if (rc) return fail("fi_getname", rc);
+  rail->address.assign(name, length);
+  // Keep well inside the provider's queues: FI_EAGAIN stays the exception, not the rule.
+  rail->maxInflight = std::clamp<size_t>(info->tx_attr->size / 2, 8, 256);
+  rail->injectBytes = info->tx_attr->inject_size;
+  return rail;
+}
+
+Result<std::vector<fi_addr_t>> insertAddresses(Rail& rail, const std::vector<std::string>& addrs) {
+  std::vector<fi_addr_t> out(addrs.size(), FI_ADDR_NOTAVAIL);
+  for (size_t i = 0; i < addrs.size(); ++i) {
+    if (addrs[i].empty()) continue;  // a peer reached another way (shm), or this rank
+    int rc = fi_av_insert(rail.av.get(), addrs[i].data(), 1, &out[i], 0, nullptr);
+    if (rc != 1)
+      return makeError(Code::kSystemError, "fi_av_insert of rank %zu's address failed (%d)", i, rc);
+  }
+  return out;
+}
+
+}  // namespace trnccl::efa

@@ -1,0 +1,91 @@
+// libfabric, held safely: RAII owners for fid objects (fi_close in the deleter, in reverse order
+// of creation), provider selection with the hints DESIGN.md section 5 asks for, and one Rail =
+// fabric + domain + completion queue + address vector + RDM endpoint.
+#pragma once
+
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.hpp"
+
+namespace trnccl::efa {
+
+// Owns one fid; closing happens exactly once, whatever path leaves the scope.
+template <typename T>
+class Fid {
+ public:
+  Fid() = default;
+  explicit Fid(T* raw) : raw_(raw) {}
+  Fid(Fid&& other) noexcept : raw_(other.raw_) { other.raw_ = nullptr; }
+  Fid& operator=(Fid&& other) noexcept {
+    if (this != &other) {
+      reset();
+      raw_ = other.raw_;
+      other.raw_ = nullptr;
+    }
+    return *this;
+  }
+  Fid(const Fid&) = delete;
+  Fid& operator=(const Fid&) = delete;
+  ~Fid() { reset(); }
+  T* get() const { return raw_; }
+  T** out() {
+    reset();
+    return &raw_;
+  }
+  explicit operator bool() const { return raw_ != nullptr; }
+  void reset() {
+    if (raw_) fi_close(&raw_->fid);
+    raw_ = nullptr;
+  }
+
+ private:
+  T* raw_ = nullptr;
+};
+
+struct InfoDeleter {
+  void operator()(fi_info* info) const { fi_freeinfo(info); }
+};
+using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
+
+// "fi_tsend: No data available (-61)".
+std::string fiError(const char* call, ssize_t rc);
+
+struct ProviderChoice {
+  InfoPtr infos;              // every matching fi_info, in libfabric's order
+  std::vector<fi_info*> use;  // the ones the rails use (one per rail)
+  bool rma = false;           // FI_RMA granted
+};
+
+// Picks the provider: `wanted` (TRNCCL_FI_PROVIDER) if set, else efa, tcp;ofi_rxm, shm in that
+// order. The error lists what fi_getinfo offered so the user can pick. rails = 0 means "one
+// per distinct domain the provider offers" (NICs), otherwise exactly that many endpoints
+// (several on one domain when the provider has fewer NICs: how loopback exercises striping).
+Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails);
+
+// What fi_getinfo offers without our hints: "tcp;ofi_rxm (lo), shm (shm), ...".
+std::string describeOffered();
+
+struct Rail {
+  fi_info* info = nullptr;  // owned by the ProviderChoice
+  Fid<fid_fabric> fabric;
+  Fid<fid_domain> domain;
+  Fid<fid_cq> cq;
+  Fid<fid_av> av;
+  Fid<fid_ep> ep;       // declared last: destroyed first
+  std::string address;  // fi_getname
+  size_t maxInflight = 0;
+  size_t injectBytes = 0;
+};
+
+Result<std::unique_ptr<Rail>> openRail(fi_info* info);
+
+// Inserts one address per peer; returns the fi_addr_t of each, in order.
+Result<std::vector<fi_addr_t>> insertAddresses(Rail& rail, const std::vector<std::string>& addrs);
+
+}  // namespace trnccl::efa

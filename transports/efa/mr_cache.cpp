@@ -1,0 +1,69 @@
+#include "transports/efa/mr_cache.hpp"
+
+#include <unistd.h>
+
+#include <vector>
+
+namespace trnccl::efa {
+
+Result<MrCache::Entry*> MrCache::acquire(const void* addr, size_t bytes) {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t end = start + std::max<size_t>(bytes, 1);
+  auto it = entries_.upper_bound(start);
+  if (it != entries_.begin()) {
+    auto candidate = std::prev(it);
+    Entry& found = *candidate->second;
+    if (found.end >= end) {
+      ++hits_;
+      found.lastUse = ++clock_;
+      ++found.inUse;
+      return &found;
+    }
+  }
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t base = start / page * page;
+  const uintptr_t limit = (end + page - 1) / page * page;
+  auto entry = std::make_unique<Entry>();
+  entry->end = limit;
+  const uint64_t mrMode = rail_.info->domain_attr->mr_mode;
+  const uint64_t key = (mrMode & FI_MR_PROV_KEY) ? 0 : nextKey_++;
+  int rc = fi_mr_reg(rail_.domain.get(), reinterpret_cast<void*>(base), limit - base,
+                     FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0,
+                     key, 0, entry->mr.out(), nullptr);
+  if (rc)
+    return makeError(Code::kSystemError, "registering %zu bytes at %p with %s: %s",
+                     static_cast<size_t>(limit - base), reinterpret_cast<void*>(base),
+                     rail_.info->fabric_attr->prov_name, fiError("fi_mr_reg", rc).c_str());
+  if (mrMode & FI_MR_ENDPOINT) {
+    rc = fi_mr_bind(entry->mr.get(), &rail_.ep.get()->fid, 0);
+    if (rc == 0) rc = fi_mr_enable(entry->mr.get());
+    if (rc)
+      return makeError(Code::kSystemError, "binding a registration to the endpoint: %s",
+                       fiError("fi_mr_bind/enable", rc).c_str());
+  }
+  ++registrations_;
+  evictIdle();
+  entry->lastUse = ++clock_;
+  entry->inUse = 1;
+  Entry* result = entry.get();
+  auto& slot = entries_[base];
+  // A smaller range starting at the same page may still be in flight: keep it alive.
+  if (slot && slot->inUse > 0) retired_.push_back(std::move(slot));
+  slot = std::move(entry);
+  return result;
+}
+
+void MrCache::evictIdle() {
+  retired_.remove_if([](const std::unique_ptr<Entry>& e) { return e->inUse == 0; });
+  while (entries_.size() >= maxEntries_) {
+    auto oldest = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->second->inUse == 0 &&
+          (oldest == entries_.end() || it->second->lastUse < oldest->second->lastUse))
+        oldest = it;
+    if (oldest == entries_.end()) return;  // everything is in flight: grow past the cap
+    entries_.erase(oldest);
+  }
+}
+
+}  // namespace trnccl::efa
