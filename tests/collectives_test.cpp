@@ -1,8 +1,11 @@
 // Every collective x every data type x every op x the sweep's counts, in place and out of
 // place, for 1, 2, 3, 4, 5 and 8 real rank processes and for each algorithm family, against
-// the serial reference in support/reference.cpp.
+// the serial reference in support/reference.cpp. The Efa instantiation runs the same bodies
+// with every peer reached through libfabric (tcp;ofi_rxm pinned to loopback, and shm), and as
+// emulated nodes (TRNCCL_HOSTID alternating) mixing shm inside a node with efa between nodes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <tuple>
@@ -17,15 +20,35 @@ struct Param {
   int nranks;
 };
 
+// "direct" / "ring": TRNCCL_ALGO. "efa-tcp" / "efa-shm": every peer over libfabric with that
+// provider. "nodes": ranks alternate between two emulated nodes (efa between them, tcp).
+void configureRank(const std::string& config, int rank) {
+  setenv("FI_TCP_IFACE", "lo", 1);  // loopback only
+  if (config == "direct" || config == "ring") {
+    setenv("TRNCCL_ALGO", config.c_str(), 1);
+  } else if (config == "efa-tcp" || config == "efa-shm") {
+    setenv("TRNCCL_TRANSPORT", "efa", 1);
+    setenv("TRNCCL_FI_PROVIDER", config == "efa-tcp" ? "tcp;ofi_rxm" : "shm", 1);
+  } else if (config == "nodes") {
+    setenv("TRNCCL_HOSTID", rank % 2 ? "node-b" : "node-a", 1);
+    setenv("TRNCCL_FI_PROVIDER", "tcp;ofi_rxm", 1);
+  }
+}
+
 class Collectives : public ::testing::TestWithParam<std::tuple<std::string, int>> {
  protected:
   std::string algo() const { return std::get<0>(GetParam()); }
   int nranks() const { return std::get<1>(GetParam()); }
   // Runs body on every rank with TRNCCL_ALGO set and a communicator ready.
   void run(const std::function<void(Failures&, trncclComm_t, int rank, int n)>& body) {
-    std::string algorithm = algo();
+    std::string config = algo();
+    // The sanitizer pass (quick mode) keeps one rank count per libfabric configuration.
+    if (quickMode() && config.rfind("efa", 0) == 0 && nranks() != 3)
+      GTEST_SKIP() << "quick mode: efa configurations run with 3 ranks only";
+    if (quickMode() && config == "nodes" && nranks() != 4)
+      GTEST_SKIP() << "quick mode: emulated nodes run with 4 ranks only";
     auto outcomes = runRanks(nranks(), [&](int rank, int n, const trncclUniqueId& id) {
-      setenv("TRNCCL_ALGO", algorithm.c_str(), 1);
+      configureRank(config, rank);
       trncclComm_t comm = nullptr;
       std::string error = initComm(&comm, n, id, rank);
       if (!error.empty()) return error;
@@ -304,6 +327,14 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Collectives,
                          ::testing::Combine(::testing::Values("direct", "ring"),
                                             ::testing::Values(1, 2, 3, 4, 5, 8)),
                          paramName);
+INSTANTIATE_TEST_SUITE_P(Efa, Collectives,
+                         ::testing::Combine(::testing::Values("efa-tcp", "efa-shm", "nodes"),
+                                            ::testing::Values(2, 3, 4)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+                           std::string name = paramName(info);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace trnccl::testing
