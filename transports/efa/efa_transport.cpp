@@ -85,6 +85,7 @@ Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
     t->caches_.push_back(std::make_unique<MrCache>(*t->rails_.back(), kMrCacheEntries));
   }
   t->inflight_.assign(t->rails_.size(), 0);
+  t->fragmentsPerRail_.assign(t->rails_.size(), 0);
   t->addrOf_.assign(t->rails_.size(), std::vector<fi_addr_t>(nranks, FI_ADDR_NOTAVAIL));
   t->pairRails_.assign(nranks, 0);
   t->sendSeq_.assign(nranks, 0);
@@ -295,6 +296,7 @@ Result<bool> EfaTransport::postFragments(Message& m, TransferOp& op) {
       if (rc == 0) {
         ++m.posted;
         ++m.completed;
+        ++fragmentsPerRail_[r];
         continue;
       }
     } else {
@@ -330,6 +332,7 @@ Result<bool> EfaTransport::postFragments(Message& m, TransferOp& op) {
       if (rc == 0) {
         ++m.posted;
         ++inflight_[r];
+        ++fragmentsPerRail_[r];
         m.contexts.push_back(std::move(fc));
         continue;
       }

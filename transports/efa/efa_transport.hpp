@@ -41,6 +41,8 @@ class EfaTransport : public Transport {
   std::string describe() const;
   size_t registrations() const;
   size_t registrationHits() const;
+  // Fragments posted on each rail so far (striping is visible in tests and logs).
+  const std::vector<size_t>& fragmentsPerRail() const { return fragmentsPerRail_; }
 
  private:
   EfaTransport(int myRank, int nranks);
@@ -58,6 +60,7 @@ class EfaTransport : public Transport {
   std::vector<std::unique_ptr<Rail>> rails_;
   std::vector<std::unique_ptr<MrCache>> caches_;  // one per rail (per domain)
   std::vector<size_t> inflight_;                  // posted, not completed, per rail
+  std::vector<size_t> fragmentsPerRail_;
   std::vector<std::vector<fi_addr_t>> addrOf_;    // [rail][rank]
   std::vector<int> pairRails_;                    // rails shared with each peer
   std::vector<uint32_t> sendSeq_, recvSeq_;       // per peer

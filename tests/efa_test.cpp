@@ -1,0 +1,244 @@
+// The efa transport beyond the collective sweep: the transport itself between two endpoints
+// of this process (striping over rails, registration cache, reducing receives), provider
+// errors, a peer dying under libfabric traffic, and communicators created and destroyed in a
+// loop without leaking fabric objects. Loopback only (FI_TCP_IFACE=lo).
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "support/multirank.hpp"
+#include "support/sweep.hpp"
+#include "transports/efa/efa_transport.hpp"
+
+namespace trnccl {
+namespace {
+
+using testing::Failures;
+using testing::runRanks;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+int openFds() {
+  int n = 0;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (readdir(dir)) ++n;
+    closedir(dir);
+  }
+  return n;
+}
+
+// Two transports in this process, ranks 0 and 1 of 2, connected to each other.
+struct Pair {
+  std::unique_ptr<efa::EfaTransport> a, b;
+};
+
+Pair connectedPair(const std::string& provider, int rails) {
+  setenv("FI_TCP_IFACE", "lo", 1);
+  Pair p;
+  auto a = efa::EfaTransport::open(0, 2, provider, rails);
+  auto b = efa::EfaTransport::open(1, 2, provider, rails);
+  EXPECT_TRUE(a.isOk()) << a.status().message();
+  EXPECT_TRUE(b.isOk()) << b.status().message();
+  if (!a.isOk() || !b.isOk()) return p;
+  p.a = std::move(a.value());
+  p.b = std::move(b.value());
+  std::vector<std::string> blobs = {p.a->addressBlob(), p.b->addressBlob()};
+  EXPECT_TRUE(p.a->connect(blobs).isOk());
+  EXPECT_TRUE(p.b->connect(blobs).isOk());
+  return p;
+}
+
+// Progresses one send and one receive until both complete (or 20 s pass).
+std::string transfer(Pair& p, TransferOp& send, TransferOp& recv) {
+  auto start = Clock::now();
+  bool sent = false, received = false;
+  while (!sent || !received) {
+    if (!sent) {
+      auto r = p.a->progressSend(send);
+      if (!r.isOk()) return "send: " + r.status().message();
+      sent = r.value();
+    }
+    if (!received) {
+      auto r = p.b->progressRecv(recv);
+      if (!r.isOk()) return "recv: " + r.status().message();
+      received = r.value();
+    }
+    if (since(start) > 20) return "transfer did not finish in 20 s";
+  }
+  return "";
+}
+
+TEST(EfaTransport, StripesLargeMessagesOverRailsAndCachesRegistrations) {
+  Pair p = connectedPair("tcp;ofi_rxm", 3);
+  ASSERT_TRUE(p.a && p.b);
+  EXPECT_TRUE(contains(p.a->describe(), "3 rail(s)")) << p.a->describe();
+  std::vector<float> src(3 << 20), dst(src.size(), -1.0f);  // 12 MiB: 24 fragments
+  std::iota(src.begin(), src.end(), 0.0f);
+  for (int round = 0; round < 2; ++round) {
+    TransferOp send, recv;
+    send.peer = 1;
+    send.src = src.data();
+    send.bytes = src.size() * sizeof(float);
+    recv.peer = 0;
+    recv.dst = dst.data();
+    recv.bytes = send.bytes;
+    ASSERT_EQ(transfer(p, send, recv), "");
+    ASSERT_EQ(std::memcmp(src.data(), dst.data(), send.bytes), 0) << "round " << round;
+  }
+  for (size_t r = 0; r < 3; ++r)
+    EXPECT_EQ(p.a->fragmentsPerRail()[r], 16u) << "rail " << r << " of the sender";
+  // Same buffers both rounds: one registration per rail each side, then cache hits.
+  EXPECT_EQ(p.a->registrations(), 3u);
+  EXPECT_EQ(p.a->registrationHits(), 3u);
+  EXPECT_EQ(p.b->registrations(), 3u);
+}
+
+TEST(EfaTransport, ReducingReceiveFoldsEveryFragmentIn) {
+  Pair p = connectedPair("tcp;ofi_rxm", 2);
+  ASSERT_TRUE(p.a && p.b);
+  const size_t count = (5 << 20) / 4 + 3;  // several fragments and a ragged end
+  std::vector<int32_t> incoming(count), local(count), out(count, 0);
+  for (size_t i = 0; i < count; ++i) {
+    incoming[i] = static_cast<int32_t>(i * 3);
+    local[i] = static_cast<int32_t>(7 - i);
+  }
+  TransferOp send, recv;
+  send.peer = 1;
+  send.src = incoming.data();
+  send.bytes = count * 4;
+  recv.peer = 0;
+  recv.dst = out.data();
+  recv.bytes = send.bytes;
+  recv.action.kind = RecvAction::Kind::kReduce;
+  recv.action.dtype = trncclInt32;
+  recv.action.op = trncclSum;
+  recv.action.local = local.data();
+  ASSERT_EQ(transfer(p, send, recv), "");
+  for (size_t i = 0; i < count; ++i)
+    ASSERT_EQ(out[i], static_cast<int32_t>(i * 3 + 7 - i)) << "element " << i;
+}
+
+TEST(EfaTransport, ShorterMessageThanExpectedIsAMismatchNotAHang) {
+  Pair p = connectedPair("tcp;ofi_rxm", 1);
+  ASSERT_TRUE(p.a && p.b);
+  std::vector<char> src(1000, 1), dst(4000, 0);
+  TransferOp send, recv;
+  send.peer = 1;
+  send.src = src.data();
+  send.bytes = src.size();
+  recv.peer = 0;
+  recv.dst = dst.data();
+  recv.bytes = dst.size();
+  std::string error = transfer(p, send, recv);
+  EXPECT_TRUE(contains(error, "rank 0 sent fewer bytes than the 4000 rank 1 expected")) << error;
+}
+
+TEST(EfaTransport, UnknownProviderListsWhatFiGetinfoOffers) {
+  auto t = efa::EfaTransport::open(0, 2, "no-such-provider", 1);
+  ASSERT_FALSE(t.isOk());
+  const std::string text = t.status().message();
+  EXPECT_TRUE(contains(text, "no-such-provider")) << text;
+  EXPECT_TRUE(contains(text, "fi_getinfo offers")) << text;
+  EXPECT_TRUE(contains(text, "tcp;ofi_rxm")) << text;
+  EXPECT_TRUE(contains(text, "TRNCCL_FI_PROVIDER")) << text;
+}
+
+TEST(Efa, InitWithAMissingProviderFailsOnEveryRankWithTheOfferedList) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    setenv("TRNCCL_TRANSPORT", "efa", 1);
+    setenv("TRNCCL_FI_PROVIDER", "no-such-provider", 1);
+    trncclComm_t comm = nullptr;
+    trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+    std::string text = trncclGetLastError(nullptr);
+    Failures f;
+    if (rc == trncclSuccess) f.add("init succeeded with a provider that does not exist");
+    if (!contains(text, "no-such-provider") || !contains(text, "fi_getinfo offers"))
+      f.add("rank %d: '%s' does not name the provider and what is offered", rank, text.c_str());
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(Efa, PeerDeathUnderLibfabricTrafficIsNamedBySurvivors) {
+  const int nranks = 3;
+  auto outcomes = runRanks(nranks, [](int rank, int n, const trncclUniqueId& id) {
+    setenv("FI_TCP_IFACE", "lo", 1);
+    setenv("TRNCCL_TRANSPORT", "efa", 1);
+    setenv("TRNCCL_FI_PROVIDER", "tcp;ofi_rxm", 1);
+    setenv("TRNCCL_TIMEOUT", "60", 1);
+    trncclComm_t comm = nullptr;
+    std::string error = testing::initComm(&comm, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    std::vector<float> data(1 << 18, 1.0f);
+    if (trncclAllReduce(data.data(), data.data(), data.size(), trncclFloat32, trncclSum, comm) !=
+        trncclSuccess)
+      f.add("first all-reduce failed: %s", trncclGetLastError(comm));
+    if (rank == n - 1) kill(getpid(), SIGKILL);
+    auto start = Clock::now();
+    trncclResult_t rc =
+        trncclAllReduce(data.data(), data.data(), data.size(), trncclFloat32, trncclSum, comm);
+    std::string text = trncclGetLastError(comm);
+    if (rc == trncclSuccess) f.add("rank %d: the all-reduce succeeded without rank 2", rank);
+    if (!contains(text, "rank " + std::to_string(n - 1)))
+      f.add("rank %d: '%s' does not name rank %d", rank, text.c_str(), n - 1);
+    if (since(start) > 30) f.add("rank %d needed %.1f s to notice", rank, since(start));
+    trncclCommAbort(comm);
+    return f.text();
+  });
+  ASSERT_EQ(static_cast<int>(outcomes.size()), nranks);
+  for (int r = 0; r < nranks - 1; ++r)
+    EXPECT_TRUE(outcomes[r].exitCode == 0 && outcomes[r].failures.empty())
+        << "rank " << r << ": " << outcomes[r].failures;
+  EXPECT_EQ(outcomes[nranks - 1].signal, SIGKILL);
+}
+
+// Every communicator opens its own rails (sockets, threads, registrations); splitting and
+// destroying 100 of them must not leave one file descriptor behind (run under ASan as well).
+TEST(Efa, HundredCommunicatorsLeaveNoDescriptorsBehind) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    setenv("FI_TCP_IFACE", "lo", 1);
+    setenv("TRNCCL_TRANSPORT", "efa", 1);
+    setenv("TRNCCL_FI_PROVIDER", "tcp;ofi_rxm", 1);
+    trncclComm_t parent = nullptr;
+    std::string error = testing::initComm(&parent, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    int fdsAfterFirst = -1;
+    for (int i = 0; i < 100 && f.empty(); ++i) {
+      trncclComm_t child = nullptr;
+      if (trncclCommSplit(parent, 0, rank, &child, nullptr) != trncclSuccess) {
+        f.add("split %d failed: %s", i, trncclGetLastError(parent));
+        break;
+      }
+      int value = rank + 1, sum = 0;
+      if (trncclAllReduce(&value, &sum, 1, trncclInt32, trncclSum, child) != trncclSuccess ||
+          sum != 3)
+        f.add("all-reduce on communicator %d gave %d: %s", i, sum, trncclGetLastError(child));
+      if (trncclCommDestroy(child) != trncclSuccess) f.add("destroy %d failed", i);
+      if (i == 0) fdsAfterFirst = openFds();
+    }
+    if (f.empty() && openFds() != fdsAfterFirst)
+      f.add("rank %d: %d file descriptors open after the first communicator, %d after 100", rank,
+            fdsAfterFirst, openFds());
+    trncclCommDestroy(parent);
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+}  // namespace
+}  // namespace trnccl
