@@ -27,7 +27,8 @@ void usage(FILE* out) {
                "usage: trnccl-run -np N [--hostids A,B,...] [--] PROGRAM [ARGS...]\n"
                "  Starts N ranks of PROGRAM on this machine with TRNCCL_RANK, TRNCCL_NRANKS and\n"
                "  TRNCCL_UNIQUE_ID set. --hostids gives rank i the TRNCCL_HOSTID A, B, ...\n"
-               "  (cycled), to emulate several nodes. Exits non-zero if any rank fails.\n");
+               "  (cycled), to emulate several nodes. Exits non-zero if any rank fails.\n"
+               "  FI_TCP_IFACE defaults to lo (libfabric's tcp provider stays on loopback).\n");
 }
 
 volatile sig_atomic_t interrupted = 0;
@@ -95,6 +96,9 @@ int main(int argc, char** argv) {
     env.push_back(std::string(trnccl::env::kRank.name) + "=" + std::to_string(rank));
     env.push_back(std::string(trnccl::env::kNranks.name) + "=" + std::to_string(nranks));
     env.push_back(std::string(trnccl::env::kUniqueId.name) + "=" + idHex);
+    // Every rank of this launcher is on this machine: libfabric's tcp provider stays on the
+    // loopback interface unless the user pinned it elsewhere.
+    if (!std::getenv("FI_TCP_IFACE")) env.push_back("FI_TCP_IFACE=lo");
     if (!hostIds.empty())
       env.push_back(std::string(trnccl::env::kHostId.name) + "=" + hostIds[rank % hostIds.size()]);
     std::vector<char*> envp;
