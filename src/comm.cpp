@@ -279,8 +279,12 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   view.llMaxBytes = segment_.params().llMaxBytes;
   planner_ = std::make_unique<Planner>(view, parsedAlgo.value());
 
+  // Oversubscription is about this machine's cores, whatever node identities say (emulated
+  // nodes share the cores too, and so do libfabric's progress threads).
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (localRanks.size() > cores) spinCount_ = std::min(spinCount_, 50);
+  unsigned onThisMachine = 0;
+  for (const auto& p : peers_) onThisMachine += !std::strcmp(p.hostName, peers_[rank].hostName);
+  if (onThisMachine > cores) spinCount_ = std::min(spinCount_, 50);
 
   TRNCCL_INFO(log::kInit,
               "%s rank %d/%d: %d node(s), local rank %d of %zu, pid %d on %s; transports: "
