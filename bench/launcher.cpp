@@ -24,11 +24,16 @@ namespace {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: trnccl-run -np N [--hostids A,B,...] [--] PROGRAM [ARGS...]\n"
+               "usage: trnccl-run -np N [--hostids A,B,...] [--nranks TOTAL --first-rank K\n"
+               "                  --id-file PATH] [--] PROGRAM [ARGS...]\n"
                "  Starts N ranks of PROGRAM on this machine with TRNCCL_RANK, TRNCCL_NRANKS and\n"
                "  TRNCCL_UNIQUE_ID set. --hostids gives rank i the TRNCCL_HOSTID A, B, ...\n"
                "  (cycled), to emulate several nodes. Exits non-zero if any rank fails.\n"
-               "  FI_TCP_IFACE defaults to lo (libfabric's tcp provider stays on loopback).\n");
+               "  FI_TCP_IFACE defaults to lo (libfabric's tcp provider stays on loopback).\n"
+               "  One job from several launchers (e.g. one per network namespace): each starts\n"
+               "  ranks K..K+N-1 of TOTAL; the one with --first-rank 0 creates the unique id\n"
+               "  and writes it to PATH (its root listens on TRNCCL_BOOTSTRAP_ADDR), the others\n"
+               "  wait up to 60 s for PATH and join with it.\n");
 }
 
 volatile sig_atomic_t interrupted = 0;
@@ -38,14 +43,39 @@ void onSignal(int) {
 
 }  // namespace
 
+// Waits for the creating launcher's id file (written whole, then renamed into place).
+bool readIdFile(const std::string& path, std::string* hex) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (FILE* f = std::fopen(path.c_str(), "r")) {
+      char buffer[512] = {};
+      size_t n = std::fread(buffer, 1, sizeof(buffer) - 1, f);
+      std::fclose(f);
+      *hex = std::string(buffer, n);
+      while (!hex->empty() && (hex->back() == '\n' || hex->back() == ' ')) hex->pop_back();
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 int main(int argc, char** argv) {
-  int nranks = 0;
+  int nranks = 0;  // ranks this launcher starts
+  int totalRanks = 0, firstRank = 0;
+  std::string idFile;
   std::vector<std::string> hostIds;
   int i = 1;
   for (; i < argc; ++i) {
     std::string arg = argv[i];
     if ((arg == "-np" || arg == "-n") && i + 1 < argc) {
       nranks = std::atoi(argv[++i]);
+    } else if (arg == "--nranks" && i + 1 < argc) {
+      totalRanks = std::atoi(argv[++i]);
+    } else if (arg == "--first-rank" && i + 1 < argc) {
+      firstRank = std::atoi(argv[++i]);
+    } else if (arg == "--id-file" && i + 1 < argc) {
+      idFile = argv[++i];
     } else if (arg == "--hostids" && i + 1 < argc) {
       std::string list = argv[++i];
       size_t start = 0;
@@ -65,21 +95,43 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  if (nranks <= 0 || i >= argc) {
+  if (totalRanks == 0) totalRanks = nranks;
+  if (nranks <= 0 || i >= argc || firstRank < 0 || firstRank + nranks > totalRanks ||
+      (totalRanks != nranks && idFile.empty())) {
     usage(stderr);
     return 2;
   }
-  trncclUniqueId id;
-  if (trncclGetUniqueId(&id) != trncclSuccess) {
-    std::fprintf(stderr, "trnccl-run: %s\n", trncclGetLastError(nullptr));
+  std::string idHex;
+  if (firstRank == 0) {
+    trncclUniqueId id;
+    if (trncclGetUniqueId(&id) != trncclSuccess) {
+      std::fprintf(stderr, "trnccl-run: %s\n", trncclGetLastError(nullptr));
+      return 1;
+    }
+    idHex = trnccl::bootstrap::uniqueIdToHex(id);
+    if (!idFile.empty()) {
+      std::string partial = idFile + ".partial";
+      FILE* f = std::fopen(partial.c_str(), "w");
+      if (!f || std::fprintf(f, "%s\n", idHex.c_str()) < 0 || std::fclose(f) != 0 ||
+          std::rename(partial.c_str(), idFile.c_str()) != 0) {
+        std::fprintf(stderr, "trnccl-run: cannot write %s: %s\n", idFile.c_str(),
+                     std::strerror(errno));
+        return 1;
+      }
+    }
+  } else if (!readIdFile(idFile, &idHex)) {
+    std::fprintf(stderr,
+                 "trnccl-run: %s did not appear within 60 s (start the launcher with "
+                 "--first-rank 0 first)\n",
+                 idFile.c_str());
     return 1;
   }
-  std::string idHex = trnccl::bootstrap::uniqueIdToHex(id);
   signal(SIGINT, onSignal);
   signal(SIGTERM, onSignal);
 
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < nranks; ++rank) {
+  for (int local = 0; local < nranks; ++local) {
+    const int rank = firstRank + local;
     // Build the environment before fork: only exec may run in the child.
     std::vector<std::string> env;
     auto isOurs = [&hostIds](const char* entry) {
@@ -94,7 +146,7 @@ int main(int argc, char** argv) {
     for (char** e = environ; *e; ++e)
       if (!isOurs(*e)) env.emplace_back(*e);
     env.push_back(std::string(trnccl::env::kRank.name) + "=" + std::to_string(rank));
-    env.push_back(std::string(trnccl::env::kNranks.name) + "=" + std::to_string(nranks));
+    env.push_back(std::string(trnccl::env::kNranks.name) + "=" + std::to_string(totalRanks));
     env.push_back(std::string(trnccl::env::kUniqueId.name) + "=" + idHex);
     // Every rank of this launcher is on this machine: libfabric's tcp provider stays on the
     // loopback interface unless the user pinned it elsewhere.
@@ -130,11 +182,11 @@ int main(int argc, char** argv) {
           ++failures;
           if (firstBad < 0) firstBad = r;
           if (WIFSIGNALED(status))
-            std::fprintf(stderr, "trnccl-run: rank %d (pid %d) died of signal %d\n", r, pid,
-                         WTERMSIG(status));
+            std::fprintf(stderr, "trnccl-run: rank %d (pid %d) died of signal %d\n", firstRank + r,
+                         pid, WTERMSIG(status));
           else
-            std::fprintf(stderr, "trnccl-run: rank %d (pid %d) exited with %d\n", r, pid,
-                         WEXITSTATUS(status));
+            std::fprintf(stderr, "trnccl-run: rank %d (pid %d) exited with %d\n", firstRank + r,
+                         pid, WEXITSTATUS(status));
           // The survivors will error out on their own (they notice the dead peer); give them
           // a moment to say so, then stop them.
           if (stopAt == std::chrono::steady_clock::time_point::max())
@@ -160,7 +212,7 @@ int main(int argc, char** argv) {
   }
   if (failures) {
     std::fprintf(stderr, "trnccl-run: %d of %d ranks failed (first: rank %d)\n", failures, nranks,
-                 firstBad);
+                 firstRank + firstBad);
     return 1;
   }
   return interrupted ? 130 : 0;

@@ -6,6 +6,7 @@ packages=(
   libfabric-dev libopenmpi-dev openmpi-bin libhwloc-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
   python3-matplotlib
+  iproute2 nftables
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Two real "hosts" on one machine: network namespaces A and B joined by a veth pair that this
+# test creates and removes. Ranks 0-1 run in A, ranks 2-3 in B (different host ids, so shm
+# inside each namespace and the efa transport over libfabric's tcp provider across the veth);
+# the bootstrap root listens on A's veth address. The job runs on a clean link, then with 1% of
+# B's incoming TCP packets dropped (nftables) and A's egress rate-limited (tc tbf): results
+# must stay bit-exact (-c 1 checks against the serial reference) and the jobs must finish.
+# Usage: netns_test.sh BUILD_DIR. Exit 77 (skipped) where namespaces cannot be created.
+set -u
+build="${1:?usage: netns_test.sh BUILD_DIR}"
+bin="$build/bench"
+
+skip() {
+  echo "netns: SKIP: $*"
+  exit 77
+}
+[ "$(id -u)" -eq 0 ] || skip "creating network namespaces needs root"
+command -v ip >/dev/null || skip "ip (iproute2) is not installed"
+[ -x "$bin/trnccl-run" ] || { echo "netns: $bin/trnccl-run is not built"; exit 1; }
+
+id=$$
+nsA="trnccl-a-$id"
+nsB="trnccl-b-$id"
+vethA="tva$id"
+vethB="tvb$id"
+net="10.251.$((id % 250)).0"
+ipA="${net%.0}.1"
+ipB="${net%.0}.2"
+tmp="$(mktemp -d)"
+cleanup() {
+  ip netns del "$nsA" 2>/dev/null
+  ip netns del "$nsB" 2>/dev/null  # deleting a namespace deletes its end of the veth pair
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ip netns add "$nsA" 2>/dev/null || skip "this machine forbids 'ip netns add'"
+ip netns add "$nsB" || exit 1
+ip link add "$vethA" type veth peer name "$vethB" 2>/dev/null || skip "veth pairs are not allowed"
+ip link set "$vethA" netns "$nsA" && ip link set "$vethB" netns "$nsB" || exit 1
+ip -n "$nsA" addr add "$ipA/24" dev "$vethA" && ip -n "$nsB" addr add "$ipB/24" dev "$vethB" || exit 1
+for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
+ip -n "$nsA" link set "$vethA" up && ip -n "$nsB" link set "$vethB" up || exit 1
+echo "netns: $nsA ($ipA on $vethA) <-> $nsB ($ipB on $vethB)"
+
+failures=0
+# One 4-rank job per tool: 2 ranks per namespace, each namespace its own node.
+run_job() {
+  local label="$1" tool="$2"
+  shift 2
+  rm -f "$tmp/id"
+  local common=(TRNCCL_TIMEOUT=120 TRNCCL_FI_PROVIDER="tcp;ofi_rxm")
+  ip netns exec "$nsA" env "${common[@]}" TRNCCL_BOOTSTRAP_ADDR="$ipA" FI_TCP_IFACE="$vethA" \
+    TRNCCL_HOSTID=host-a "$bin/trnccl-run" -np 2 --nranks 4 --first-rank 0 --id-file "$tmp/id" \
+    "$bin/$tool" "$@" >"$tmp/a.out" 2>&1 &
+  local pidA=$!
+  ip netns exec "$nsB" env "${common[@]}" FI_TCP_IFACE="$vethB" TRNCCL_HOSTID=host-b \
+    "$bin/trnccl-run" -np 2 --nranks 4 --first-rank 2 --id-file "$tmp/id" \
+    "$bin/$tool" "$@" >"$tmp/b.out" 2>&1 &
+  local pidB=$!
+  wait "$pidA"
+  local rcA=$?
+  wait "$pidB"
+  local rcB=$?
+  if [ "$rcA" -eq 0 ] && [ "$rcB" -eq 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/a.out"; then
+    echo "netns: ok   $label $tool ($(grep -c '^ *[0-9]' "$tmp/a.out") sizes, #wrong 0)"
+  else
+    echo "netns: FAIL $label $tool (exit $rcA / $rcB)"
+    sed 's/^/  A: /' "$tmp/a.out" | tail -20
+    sed 's/^/  B: /' "$tmp/b.out" | tail -20
+    failures=$((failures + 1))
+  fi
+}
+
+sizes=(-b 8 -e 8M -f 8 -c 1 -n 3 -w 1)
+for tool in all_reduce_perf alltoall_perf broadcast_perf; do
+  run_job "clean link" "$tool" "${sizes[@]}"
+done
+
+# Faults on the link: 1% of B's incoming TCP segments dropped, A's egress limited to 200 Mbit/s.
+if command -v nft >/dev/null; then
+  ip netns exec "$nsB" nft -f - <<'EOF' || { echo "netns: FAIL cannot install the nftables rule"; exit 1; }
+table inet trnccl_loss {
+  chain input {
+    type filter hook input priority 0;
+    meta l4proto tcp numgen random mod 100 < 1 counter drop
+  }
+}
+EOF
+  loss="1% loss"
+else
+  echo "netns: note: nft (Debian package nftables) is missing: no packet loss, rate limit only"
+  loss="no loss (nft missing)"
+fi
+ip netns exec "$nsA" tc qdisc add dev "$vethA" root tbf rate 200mbit burst 64kb latency 100ms ||
+  { echo "netns: FAIL cannot add the tbf qdisc"; exit 1; }
+for tool in all_reduce_perf alltoall_perf; do
+  run_job "$loss + 200 Mbit/s" "$tool" "${sizes[@]}"
+done
+# The faults must have happened, and the traffic must have crossed the veth pair.
+if command -v nft >/dev/null; then
+  dropped="$(ip netns exec "$nsB" nft list table inet trnccl_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')"
+  echo "netns: TCP segments dropped on the way into $nsB: ${dropped:-?}"
+  if [ "${dropped:-0}" -eq 0 ]; then
+    echo "netns: FAIL the loss rule dropped nothing"
+    failures=$((failures + 1))
+  fi
+fi
+txA="$(ip -n "$nsA" -s link show "$vethA" | awk '/TX:/{getline; print $1}')"
+echo "netns: bytes sent by $nsA over $vethA: $txA"
+if [ "${txA:-0}" -lt 10000000 ]; then
+  echo "netns: FAIL less than 10 MB crossed the veth: the ranks did not talk over it"
+  failures=$((failures + 1))
+fi
+
+[ "$failures" -eq 0 ] && echo "netns: all jobs finished with bit-exact results"
+exit $((failures > 0))
