@@ -196,28 +196,47 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
     TRNCCL_RETURN_IF_ERROR(opened.status());
     efa_ = std::move(opened.value());
   }
-  // Second bootstrap round: the network addresses, and the algorithm setting every rank must
-  // share (ranks of other nodes cannot compare it through the node segment).
+  // Second bootstrap round: the network addresses, and the settings every rank must share
+  // (ranks of other nodes cannot compare them through the node segment).
   std::string algoText = options.algorithm.empty() ? env::getString(env::kAlgo) : options.algorithm;
+  const std::string transportText = env::getString(env::kTransport);
   const uint64_t algoHash = std::hash<std::string>{}(algoText);
+  const uint64_t transportHash = std::hash<std::string>{}(transportText);
   std::string blob(reinterpret_cast<const char*>(&algoHash), sizeof(algoHash));
+  blob.append(reinterpret_cast<const char*>(&transportHash), sizeof(transportHash));
   if (efa_) blob += efa_->addressBlob();
-  auto blobs = session.exchange(blob, std::max(0.1, deadline.remainingMs() / 1000.0));
+  // The full timeout: the root reports missing ranks at 0.9 of it, before anyone gives up.
+  auto blobs = session.exchange(blob, options.timeoutSeconds);
   TRNCCL_RETURN_IF_ERROR(blobs.status());
+  if (blobs.value().size() != static_cast<size_t>(nranks))
+    return makeError(Code::kRemoteError, "the bootstrap exchange returned %zu entries for %d ranks",
+                     blobs.value().size(), nranks);
   std::vector<std::string> efaAddresses(nranks);
+  constexpr size_t kSettingsBytes = 2 * sizeof(uint64_t);
   for (int r = 0; r < nranks; ++r) {
     const std::string& theirs = blobs.value()[r];
-    uint64_t theirHash = 0;
-    if (theirs.size() >= sizeof(theirHash)) std::memcpy(&theirHash, theirs.data(), 8);
-    if (theirHash != algoHash)
+    uint64_t theirAlgo = 0, theirTransport = 0;
+    if (theirs.size() < kSettingsBytes)
+      return makeError(Code::kRemoteError, "rank %d sent a malformed bootstrap exchange entry", r);
+    std::memcpy(&theirAlgo, theirs.data(), 8);
+    std::memcpy(&theirTransport, theirs.data() + 8, 8);
+    if (theirAlgo != algoHash)
       return makeError(Code::kInvalidUsage,
                        "rank %d and rank %d were started with different TRNCCL_ALGO settings "
                        "(this rank: '%s'); every rank must plan alike",
                        rank, r, algoText.c_str());
+    if (theirTransport != transportHash)
+      return makeError(Code::kInvalidUsage,
+                       "rank %d and rank %d were started with different TRNCCL_TRANSPORT "
+                       "settings (this rank: '%s'); every rank must choose transports alike",
+                       rank, r, transportText.c_str());
     if (viaEfa[r]) {
-      efaAddresses[r] = theirs.substr(sizeof(theirHash));
+      efaAddresses[r] = theirs.substr(kSettingsBytes);
       if (efaAddresses[r].empty())
-        return makeError(Code::kInternalError, "rank %d published no efa address", r);
+        return makeError(Code::kInvalidUsage,
+                         "rank %d reaches rank %d over efa, but rank %d opened no efa endpoint "
+                         "(do the two agree on their host ids, TRNCCL_HOSTID?)",
+                         rank, r, r);
     }
   }
   if (efa_) TRNCCL_RETURN_IF_ERROR(efa_->connect(efaAddresses));

@@ -143,7 +143,33 @@ TEST(EfaTransport, ShorterMessageThanExpectedIsAMismatchNotAHang) {
   recv.dst = dst.data();
   recv.bytes = dst.size();
   std::string error = transfer(p, send, recv);
-  EXPECT_TRUE(contains(error, "rank 0 sent fewer bytes than the 4000 rank 1 expected")) << error;
+  EXPECT_TRUE(contains(error,
+                       "rank 0 sent a message of a different size than the 4000 bytes "
+                       "rank 1 expected"))
+      << error;
+}
+
+// The sender's first fragment fits the receiver's whole buffer exactly: only the size carried
+// with every fragment tells the receiver that more was sent.
+TEST(EfaTransport, LongerMessageInWholeFragmentsIsAMismatch) {
+  Pair p = connectedPair("tcp;ofi_rxm", 1);
+  ASSERT_TRUE(p.a && p.b);
+  std::vector<char> src(1 << 20, 1), dst(512 << 10, 0);
+  TransferOp send, recv;
+  send.peer = 1;
+  send.src = src.data();
+  send.bytes = src.size();
+  recv.peer = 0;
+  recv.dst = dst.data();
+  recv.bytes = dst.size();
+  auto start = Clock::now();
+  std::string error;
+  while (error.empty() && since(start) < 20) {
+    auto r = p.b->progressRecv(recv);
+    if (!r.isOk()) error = r.status().message();
+    (void)p.a->progressSend(send);
+  }
+  EXPECT_TRUE(contains(error, "different size than the 524288 bytes")) << error;
 }
 
 TEST(EfaTransport, UnknownProviderListsWhatFiGetinfoOffers) {
@@ -167,6 +193,27 @@ TEST(Efa, InitWithAMissingProviderFailsOnEveryRankWithTheOfferedList) {
     if (rc == trncclSuccess) f.add("init succeeded with a provider that does not exist");
     if (!contains(text, "no-such-provider") || !contains(text, "fi_getinfo offers"))
       f.add("rank %d: '%s' does not name the provider and what is offered", rank, text.c_str());
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// Addresses of one provider are meaningless to another: init must say so, not hand a 16-byte
+// sockaddr to an address vector that reads a longer one.
+TEST(Efa, ProvidersThatDifferBetweenRanksAreNamedAtInit) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    setenv("FI_TCP_IFACE", "lo", 1);
+    setenv("TRNCCL_TRANSPORT", "efa", 1);
+    setenv("TRNCCL_FI_PROVIDER", rank == 0 ? "tcp;ofi_rxm" : "shm", 1);
+    trncclComm_t comm = nullptr;
+    trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+    std::string text = trncclGetLastError(nullptr);
+    Failures f;
+    if (rc != trncclInvalidUsage)
+      f.add("rank %d: init returned %s", rank, trncclGetErrorString(rc));
+    if (!contains(text, "'tcp;ofi_rxm'") || !contains(text, "'shm'") ||
+        !contains(text, "TRNCCL_FI_PROVIDER"))
+      f.add("rank %d: '%s' does not name both providers and the knob", rank, text.c_str());
     return f.text();
   });
   EXPECT_ALL_RANKS_OK(outcomes);

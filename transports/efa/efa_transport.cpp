@@ -42,6 +42,11 @@ std::string mrModeText(uint64_t mode) {
   return text.empty() ? "none" : text;
 }
 
+// The message size as remote CQ data, cut to what the provider carries (EFA: 4 bytes).
+uint64_t sizeTag(size_t bytes, const Rail& rail) {
+  return rail.cqDataBytes >= 8 ? bytes : (bytes & 0xFFFFFFFFu);
+}
+
 }  // namespace
 
 struct FragmentContext {
@@ -84,7 +89,8 @@ Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
     t->rails_.push_back(std::move(rail.value()));
     t->caches_.push_back(std::make_unique<MrCache>(*t->rails_.back(), kMrCacheEntries));
   }
-  t->inflight_.assign(t->rails_.size(), 0);
+  t->sendsInFlight_.assign(t->rails_.size(), 0);
+  t->recvsInFlight_.assign(t->rails_.size(), 0);
   t->fragmentsPerRail_.assign(t->rails_.size(), 0);
   t->addrOf_.assign(t->rails_.size(), std::vector<fi_addr_t>(nranks, FI_ADDR_NOTAVAIL));
   t->pairRails_.assign(nranks, 0);
@@ -96,13 +102,21 @@ Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
 EfaTransport::EfaTransport(int myRank, int nranks) : myRank_(myRank), nranks_(nranks) {}
 
 EfaTransport::~EfaTransport() {
-  // Endpoints close before the messages and buffers their pending operations point at.
+  // Endpoints first (cancelling what is still posted), then the registrations and staging
+  // buffers those operations pointed at, then the rest of each rail.
+  for (auto& rail : rails_) rail->ep.reset();
+  for (auto& m : messages_)
+    for (auto& fc : m->contexts) delete[] fc->staging;
+  messages_.clear();
   caches_.clear();
   rails_.clear();
 }
 
 std::string EfaTransport::addressBlob() const {
-  std::string blob(1, static_cast<char>(rails_.size()));
+  const std::string provider = rails_.front()->info->fabric_attr->prov_name;
+  std::string blob(1, static_cast<char>(provider.size()));
+  blob += provider;
+  blob += static_cast<char>(rails_.size());
   for (const auto& rail : rails_) {
     uint16_t length = static_cast<uint16_t>(rail->address.size());
     blob.append(reinterpret_cast<const char*>(&length), 2);
@@ -116,8 +130,19 @@ Status EfaTransport::connect(const std::vector<std::string>& blobs) {
   for (int peer = 0; peer < nranks_ && peer < static_cast<int>(blobs.size()); ++peer) {
     const std::string& blob = blobs[peer];
     if (peer == myRank_ || blob.empty()) continue;
-    size_t theirRails = static_cast<unsigned char>(blob[0]);
-    size_t at = 1;
+    const size_t nameBytes = static_cast<unsigned char>(blob[0]);
+    if (blob.size() < 2 + nameBytes)
+      return makeError(Code::kRemoteError, "rank %d published a malformed efa address", peer);
+    const std::string theirProvider = blob.substr(1, nameBytes);
+    const std::string myProvider = rails_.front()->info->fabric_attr->prov_name;
+    if (theirProvider != myProvider)
+      return makeError(Code::kInvalidUsage,
+                       "rank %d opened libfabric provider '%s' but rank %d opened '%s'; every "
+                       "rank must use the same one (set TRNCCL_FI_PROVIDER alike, and check "
+                       "that the provider exists on every node)",
+                       peer, theirProvider.c_str(), myRank_, myProvider.c_str());
+    size_t theirRails = static_cast<unsigned char>(blob[1 + nameBytes]);
+    size_t at = 2 + nameBytes;
     std::vector<std::string> addresses;
     for (size_t r = 0; r < theirRails; ++r) {
       uint16_t length = 0;
@@ -150,11 +175,12 @@ std::string EfaTransport::describe() const {
   }
   return strformat(
       "provider %s, fabric %s, %zu rail(s) on domain(s) %s, MR mode %s, %s, inject "
-      "%zu B, %zu outstanding per rail",
+      "%zu B, %zu outstanding sends and %zu receives per rail, size check %s",
       info->fabric_attr->prov_name, info->fabric_attr->name, rails_.size(), domains.c_str(),
       mrModeText(info->domain_attr->mr_mode).c_str(),
       choice_.rma ? "FI_RMA offered (not used yet)" : "no FI_RMA", rails_.front()->injectBytes,
-      rails_.front()->maxInflight);
+      rails_.front()->maxSends, rails_.front()->maxRecvs,
+      rails_.front()->cqDataBytes >= 4 ? "in remote CQ data" : "by length only");
 }
 
 size_t EfaTransport::registrations() const {
@@ -197,7 +223,7 @@ Status EfaTransport::pollCompletions() {
         char detail[256] = {};
         const char* text = fi_cq_strerror(cq, err.prov_errno, err.err_data, detail, sizeof(detail));
         if (!fc) return makeError(Code::kSystemError, "libfabric completion error: %s", text);
-        --inflight_[fc->rail];
+        --(fc->message->send ? sendsInFlight_ : recvsInFlight_)[fc->rail];
         Message& m = *fc->message;
         ++m.completed;
         if (m.error.isOk()) {
@@ -218,13 +244,20 @@ Status EfaTransport::pollCompletions() {
       if (n < 0) return makeError(Code::kSystemError, "%s", fiError("fi_cq_read", n).c_str());
       for (ssize_t i = 0; i < n; ++i) {
         auto* fc = static_cast<FragmentContext*>(entries[i].op_context);
-        --inflight_[fc->rail];
         Message& m = *fc->message;
+        --(m.send ? sendsInFlight_ : recvsInFlight_)[fc->rail];
         ++m.completed;
-        if (!m.send && entries[i].len != fc->bytes && m.error.isOk())
+        // Every fragment carries its message's size (remote CQ data), so a sender that sent a
+        // different size is caught even when the fragment itself fits exactly.
+        const Rail& rail = *rails_[r];
+        const bool sizeKnown = !m.send && rail.cqDataBytes >= 4;
+        const bool sizeDiffers = sizeKnown && (!(entries[i].flags & FI_REMOTE_CQ_DATA) ||
+                                               entries[i].data != sizeTag(m.bytes, rail));
+        if (!m.send && (entries[i].len != fc->bytes || sizeDiffers) && m.error.isOk())
           m.error = makeError(Code::kInvalidUsage,
-                              "rank %d sent fewer bytes than the %zu rank %d expected "
-                              "(mismatched count or datatype between the two calls)",
+                              "rank %d sent a message of a different size than the %zu bytes "
+                              "rank %d expected (mismatched count or datatype between the two "
+                              "calls)",
                               m.peer, m.bytes, myRank_);
         if (m.staged) m.arrived.push_back(fc);
       }
@@ -284,7 +317,7 @@ Result<bool> EfaTransport::postFragments(Message& m, TransferOp& op) {
     const uint32_t index = m.posted;
     const int r = static_cast<int>(index % railsUsed);
     Rail& rail = *rails_[r];
-    if (inflight_[r] >= rail.maxInflight) break;
+    if (m.send ? sendsInFlight_[r] >= rail.maxSends : recvsInFlight_[r] >= rail.maxRecvs) break;
     const size_t offset = static_cast<size_t>(index) * m.fragBytes;
     const size_t bytes = offset < m.bytes ? std::min(m.fragBytes, m.bytes - offset) : 0;
     const uint64_t tag = makeTag(m.send ? myRank_ : m.peer, m.seq, index);
@@ -292,7 +325,10 @@ Result<bool> EfaTransport::postFragments(Message& m, TransferOp& op) {
     ssize_t rc;
     if (m.send && bytes <= rail.injectBytes) {
       // Small fragments are copied out by the provider at once: no completion to wait for.
-      rc = fi_tinject(rail.ep.get(), static_cast<const char*>(op.src) + offset, bytes, addr, tag);
+      const void* data = static_cast<const char*>(op.src) + offset;
+      rc = rail.cqDataBytes >= 4
+               ? fi_tinjectdata(rail.ep.get(), data, bytes, sizeTag(m.bytes, rail), addr, tag)
+               : fi_tinject(rail.ep.get(), data, bytes, addr, tag);
       if (rc == 0) {
         ++m.posted;
         ++m.completed;
@@ -306,8 +342,12 @@ Result<bool> EfaTransport::postFragments(Message& m, TransferOp& op) {
       fc->offset = offset;
       fc->bytes = bytes;
       if (m.send) {
-        rc = fi_tsend(rail.ep.get(), static_cast<const char*>(op.src) + offset, bytes,
-                      MrCache::descriptor(m.mr[r]), addr, tag, &fc->context);
+        const void* data = static_cast<const char*>(op.src) + offset;
+        void* desc = MrCache::descriptor(m.mr[r]);
+        rc = rail.cqDataBytes >= 4
+                 ? fi_tsenddata(rail.ep.get(), data, bytes, desc, sizeTag(m.bytes, rail), addr, tag,
+                                &fc->context)
+                 : fi_tsend(rail.ep.get(), data, bytes, desc, addr, tag, &fc->context);
       } else {
         char* target = static_cast<char*>(op.dst) + offset;
         void* desc = MrCache::descriptor(m.mr[r]);
@@ -331,7 +371,7 @@ Result<bool> EfaTransport::postFragments(Message& m, TransferOp& op) {
       }
       if (rc == 0) {
         ++m.posted;
-        ++inflight_[r];
+        ++(m.send ? sendsInFlight_ : recvsInFlight_)[r];
         ++fragmentsPerRail_[r];
         m.contexts.push_back(std::move(fc));
         continue;

@@ -58,8 +58,8 @@ class EfaTransport : public Transport {
   int nranks_;
   ProviderChoice choice_;
   std::vector<std::unique_ptr<Rail>> rails_;
-  std::vector<std::unique_ptr<MrCache>> caches_;  // one per rail (per domain)
-  std::vector<size_t> inflight_;                  // posted, not completed, per rail
+  std::vector<std::unique_ptr<MrCache>> caches_;       // one per rail (per domain)
+  std::vector<size_t> sendsInFlight_, recvsInFlight_;  // posted, not completed, per rail
   std::vector<size_t> fragmentsPerRail_;
   std::vector<std::vector<fi_addr_t>> addrOf_;    // [rail][rank]
   std::vector<int> pairRails_;                    // rails shared with each peer

@@ -142,8 +142,10 @@ Result<std::unique_ptr<Rail>> openRail(fi_info* info) {
   if (rc) return fail("fi_getname", rc);
   rail->address.assign(name, length);
   // Keep well inside the provider's queues: FI_EAGAIN stays the exception, not the rule.
-  rail->maxInflight = std::clamp<size_t>(info->tx_attr->size / 2, 8, 256);
+  rail->maxSends = std::clamp<size_t>(info->tx_attr->size / 2, 8, 256);
+  rail->maxRecvs = std::clamp<size_t>(info->rx_attr->size / 2, 8, 256);
   rail->injectBytes = info->tx_attr->inject_size;
+  rail->cqDataBytes = info->domain_attr->cq_data_size;
   return rail;
 }
 

@@ -79,8 +79,10 @@ struct Rail {
   Fid<fid_av> av;
   Fid<fid_ep> ep;       // declared last: destroyed first
   std::string address;  // fi_getname
-  size_t maxInflight = 0;
+  size_t maxSends = 0;  // outstanding sends kept, and receives: separate budgets, or a
+  size_t maxRecvs = 0;  // rank whose sends fill the queue could never post a receive
   size_t injectBytes = 0;
+  size_t cqDataBytes = 0;  // remote CQ data the provider carries (the message size check)
 };
 
 Result<std::unique_ptr<Rail>> openRail(fi_info* info);
