@@ -404,6 +404,7 @@ Status Communicator::healthLocked(Operation& op) {
 void Communicator::failLocked(const Status& status) {
   if (failure_.isOk()) {
     failure_ = status;
+    if (efa_) efa_->shutdown();  // nothing posted may land in user buffers after this
     if (!segment_.aborted()) segment_.raiseAbort(status.code(), rank_, status.message());
     // Logged as a warning when a caller receives it (api/errors.cpp); INFO here has the time.
     TRNCCL_INFO(log::kColl, "communicator failed: %s", status.message().c_str());
@@ -504,6 +505,11 @@ Status Communicator::flush() {
     last = queue_.back();
   }
   return wait(last, -1);
+}
+
+void Communicator::drainNetwork() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (efa_ && failure_.isOk()) efa_->drain(std::min(1.0, options_.timeoutSeconds));
 }
 
 void Communicator::markDeparted() {

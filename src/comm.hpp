@@ -55,6 +55,8 @@ class Communicator {
   Status flush();
   // Tells local peers this rank left on purpose (after flush, before destroy).
   void markDeparted();
+  // Lets this rank's last network sends leave before the endpoints close (destroy).
+  void drainNetwork();
 
   // Any thread: fail every pending operation and tell local peers.
   void requestAbort();

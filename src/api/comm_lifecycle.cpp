@@ -202,6 +202,7 @@ trncclResult_t trncclCommDestroy(trncclComm_t comm) {
   if (!comm)
     return report(nullptr, makeError(Code::kInvalidArgument, "trncclCommDestroy: comm is NULL"));
   Status status = comm->impl->flush();
+  comm->impl->drainNetwork();
   comm->impl->markDeparted();
   trncclResult_t result = report(comm, status.withContext("trncclCommDestroy: "));
   while (comm->activeCalls.load(std::memory_order_acquire) != 0) std::this_thread::yield();

@@ -4,6 +4,7 @@
 #include <rdma/fi_tagged.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/strformat.hpp"
@@ -183,6 +184,23 @@ std::string EfaTransport::describe() const {
       rails_.front()->cqDataBytes >= 4 ? "in remote CQ data" : "by length only");
 }
 
+void EfaTransport::shutdown() {
+  for (auto& rail : rails_) rail->ep.reset();
+  shutDown_ = true;
+}
+
+void EfaTransport::drain(double seconds) {
+  if (shutDown_) return;
+  auto pending = [&] {
+    for (size_t r = 0; r < rails_.size(); ++r)
+      if (sendsInFlight_[r] > 0) return true;
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (pending() && std::chrono::steady_clock::now() < deadline)
+    if (!pollCompletions().isOk()) return;
+}
+
 size_t EfaTransport::registrations() const {
   size_t n = 0;
   for (const auto& c : caches_) n += c->registrations();
@@ -323,7 +341,10 @@ Result<bool> EfaTransport::postFragments(Message& m, TransferOp& op) {
     const uint64_t tag = makeTag(m.send ? myRank_ : m.peer, m.seq, index);
     const fi_addr_t addr = addrOf_[r][m.peer];
     ssize_t rc;
-    if (m.send && bytes <= rail.injectBytes) {
+    // The first message to a peer goes with a completion: the provider may still be setting
+    // up the connection, and an injected message would then wait for progress nobody makes
+    // if this rank's next call never touches libfabric.
+    if (m.send && bytes <= rail.injectBytes && m.seq > 0) {
       // Small fragments are copied out by the provider at once: no completion to wait for.
       const void* data = static_cast<const char*>(op.src) + offset;
       rc = rail.cqDataBytes >= 4
@@ -420,6 +441,8 @@ Result<bool> EfaTransport::finish(Message& m, TransferOp& op) {
 }
 
 Result<bool> EfaTransport::progressSend(TransferOp& op) {
+  if (shutDown_)
+    return makeError(Code::kInvalidUsage, "the efa transport was shut down after an error");
   TRNCCL_RETURN_IF_ERROR(pollCompletions());
   Message* m = static_cast<Message*>(op.transportState);
   if (!m) {
@@ -436,6 +459,8 @@ Result<bool> EfaTransport::progressSend(TransferOp& op) {
 }
 
 Result<bool> EfaTransport::progressRecv(TransferOp& op) {
+  if (shutDown_)
+    return makeError(Code::kInvalidUsage, "the efa transport was shut down after an error");
   TRNCCL_RETURN_IF_ERROR(pollCompletions());
   Message* m = static_cast<Message*>(op.transportState);
   if (!m) {

@@ -37,6 +37,14 @@ class EfaTransport : public Transport {
   Result<bool> progressSend(TransferOp& op) override;
   Result<bool> progressRecv(TransferOp& op) override;
 
+  // After a failure of the communicator: closes the endpoints, which cancels every posted
+  // operation, so that no receive can land in a user buffer the caller frees after the error.
+  // Later progress calls fail.
+  void shutdown();
+  // Before a normal destroy: progresses until posted sends completed (at most `seconds`), so
+  // the last messages of the job leave this process before its endpoints close.
+  void drain(double seconds);
+
   // "provider tcp;ofi_rxm, fabric 127.0.0.1/32, domain lo, 2 rail(s), MR mode ..., rma".
   std::string describe() const;
   size_t registrations() const;
@@ -61,9 +69,10 @@ class EfaTransport : public Transport {
   std::vector<std::unique_ptr<MrCache>> caches_;       // one per rail (per domain)
   std::vector<size_t> sendsInFlight_, recvsInFlight_;  // posted, not completed, per rail
   std::vector<size_t> fragmentsPerRail_;
-  std::vector<std::vector<fi_addr_t>> addrOf_;    // [rail][rank]
-  std::vector<int> pairRails_;                    // rails shared with each peer
-  std::vector<uint32_t> sendSeq_, recvSeq_;       // per peer
+  std::vector<std::vector<fi_addr_t>> addrOf_;  // [rail][rank]
+  std::vector<int> pairRails_;                  // rails shared with each peer
+  std::vector<uint32_t> sendSeq_, recvSeq_;     // per peer
+  bool shutDown_ = false;
   std::list<std::unique_ptr<Message>> messages_;  // live messages (providers hold contexts)
   std::vector<std::pair<size_t, std::unique_ptr<char[]>>> staging_;  // free buffers
 };
