@@ -34,18 +34,26 @@ void exchangeRounds(ScheduleBuilder& b, const CollArgs& a, const CommView& c,
   auto part = [sub](size_t total, size_t k) {
     return k * sub >= total ? 0 : std::min(sub, total - k * sub);
   };
+  // This rank's own block goes straight from send to receive buffer (one copy, not two through
+  // the window), except in place, where staging keeps it from overwriting blocks still to send.
+  const bool selfDirect = a.sendbuff != a.recvbuff;
   directRounds(
       b, a, rounds, publish,
       [&](int slot, size_t k) {
-        for (int q = 0; q < n; ++q)
-          b.copy(c.window(c.rank, slot) + q * sub,
-                 byteAt(a.sendbuff, blocks->sendOffset[q] + k * sub),
-                 part(blocks->sendBytes[q], k));
+        for (int q = 0; q < n; ++q) {
+          const void* from = byteAt(a.sendbuff, blocks->sendOffset[q] + k * sub);
+          if (q == c.rank && selfDirect)
+            b.copy(byteAt(a.recvbuff, blocks->recvOffset[q] + k * sub), from,
+                   part(blocks->recvBytes[q], k));
+          else
+            b.copy(c.window(c.rank, slot) + q * sub, from, part(blocks->sendBytes[q], k));
+        }
       },
       [&](int slot, size_t k) {
         for (int q = 0; q < n; ++q)
-          b.copy(byteAt(a.recvbuff, blocks->recvOffset[q] + k * sub),
-                 c.window(q, slot) + c.rank * sub, part(blocks->recvBytes[q], k));
+          if (q != c.rank || !selfDirect)
+            b.copy(byteAt(a.recvbuff, blocks->recvOffset[q] + k * sub),
+                   c.window(q, slot) + c.rank * sub, part(blocks->recvBytes[q], k));
       });
 }
 
