@@ -472,15 +472,14 @@ Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSe
   int polls = 0;
   while (!test(op, &hint)) {
     // Watch the one word the head operation waits for (it lives in the node segment, which
-    // outlives every operation): the progress pass reruns as soon as a peer writes it, and at
-    // least every 64 polls so that health checks and other waiters still get their turn.
-    if (hint.word && polls < spinCount_) {
-      do {
-        cpuRelax();
-      } while ((++polls & 63) != 0 && polls < spinCount_ &&
-               hint.word->load(std::memory_order_acquire) == hint.seen);
-    } else if (++polls > spinCount_) {
+    // outlives every operation): the progress pass reruns as soon as a peer writes it, and
+    // after at most 64 pauses, so that health checks and other waiters still get their turn.
+    // TRNCCL_SPIN_COUNT counts progress passes, however long each watches its word.
+    if (++polls > spinCount_) {
       sched_yield();
+    } else if (hint.word) {
+      for (int i = 0; i < 64 && hint.word->load(std::memory_order_acquire) == hint.seen; ++i)
+        cpuRelax();
     } else {
       cpuRelax();
     }
