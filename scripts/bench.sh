@@ -18,7 +18,7 @@ Installs the Debian packages (scripts/install-deps.sh), builds (scripts/build.sh
   2. the micro benchmarks (kernels_bench, shm_ring_bench, and any of fabric_bench,
      planner_bench that are built) with 5 repetitions, median/mean/stddev aggregates.
   3. plot.py -> docs/perf/*.png and report.py -> docs/PERFORMANCE.md.
-Takes about 10 minutes on a 2-core machine (--quick: about 30 s).
+Takes about 6 minutes on a 2-core machine (--quick: about 30 s).
 
   --quick       smoke test in under a minute: tiny sizes, -n 5 -w 1 -R 2, 2 micro
                 repetitions; plots and report go into the results directory, never docs/
