@@ -364,6 +364,7 @@ std::string Communicator::describePeer(int rank) const {
 }
 
 Status Communicator::healthLocked(Operation& op) {
+  if (efa_) efa_->progressIdle();  // the head operation may be waiting on shm only
   if (abortRequested_.load(std::memory_order_acquire))
     return makeError(Code::kAborted,
                      "trncclCommAbort was called on this communicator while "

@@ -44,6 +44,11 @@ class EfaTransport : public Transport {
   // Before a normal destroy: progresses until posted sends completed (at most `seconds`), so
   // the last messages of the job leave this process before its endpoints close.
   void drain(double seconds);
+  // One pass over the completion queues while no efa step is running (manual-progress
+  // providers move queued data only when called); errors surface on the next efa step.
+  void progressIdle() {
+    if (!shutDown_) (void)pollCompletions();
+  }
 
   // "provider tcp;ofi_rxm, fabric 127.0.0.1/32, domain lo, 2 rail(s), MR mode ..., rma".
   std::string describe() const;
