@@ -153,6 +153,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   topology::HostIdentity host = topology::localHostIdentity();
   bootstrap::PeerInfo me;
   me.hostHash = host.hash;
+  me.machineHash = host.machineHash;
   me.rank = rank;
   me.pid = getpid();
   std::snprintf(me.hostName, sizeof(me.hostName), "%s", host.name.c_str());
@@ -261,7 +262,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   // Watch every rank on this machine, emulated nodes (TRNCCL_HOSTID) included: a peer that
   // dies is then reported at once instead of at the timeout.
   for (int r = 0; r < nranks; ++r)
-    if (r != rank && !std::strcmp(peers_[r].hostName, peers_[rank].hostName))
+    if (r != rank && peers_[r].machineHash == peers_[rank].machineHash)
       watch_.watch(r, peers_[r].pid);
   auto localPeersAlive = [&]() -> Status {
     for (int r : localRanks)
@@ -302,7 +303,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   // nodes share the cores too, and so do libfabric's progress threads).
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   unsigned onThisMachine = 0;
-  for (const auto& p : peers_) onThisMachine += !std::strcmp(p.hostName, peers_[rank].hostName);
+  for (const auto& p : peers_) onThisMachine += p.machineHash == peers_[rank].machineHash;
   if (onThisMachine > cores) spinCount_ = std::min(spinCount_, 50);
 
   TRNCCL_INFO(log::kInit,

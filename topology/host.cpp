@@ -24,16 +24,14 @@ HostIdentity localHostIdentity() {
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
   identity.name = name;
-  if (env::isSet(env::kHostId)) {
-    identity.id = env::getString(env::kHostId);
-  } else {
-    // Two containers may share a hostname on different machines; the boot id tells them apart.
-    std::string bootId;
-    std::ifstream in("/proc/sys/kernel/random/boot_id");
-    std::getline(in, bootId);
-    identity.id = identity.name + "/" + bootId;
-  }
+  // Two containers may share a hostname on different machines; the boot id tells them apart.
+  std::string bootId;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::getline(in, bootId);
+  const std::string machine = identity.name + "/" + bootId;
+  identity.id = env::isSet(env::kHostId) ? env::getString(env::kHostId) : machine;
   identity.hash = fnv1a(identity.id);
+  identity.machineHash = fnv1a(machine);
   return identity;
 }
 

@@ -11,6 +11,9 @@ struct HostIdentity {
   std::string id;     // TRNCCL_HOSTID, or hostname + boot id
   std::string name;   // hostname, for messages
   uint64_t hash = 0;  // what ranks compare
+  // This machine (hostname + boot id), whatever TRNCCL_HOSTID says: ranks with equal values
+  // share a kernel, so their pids can be watched and their cores are shared.
+  uint64_t machineHash = 0;
 };
 
 HostIdentity localHostIdentity();

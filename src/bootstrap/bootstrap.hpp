@@ -23,6 +23,7 @@ struct PeerInfo {
   char hostName[64] = {};
   char hostId[64] = {};                // readable host identity (TRNCCL_HOSTID or hostname)
   uint8_t transportAddress[256] = {};  // reserved for network transports' endpoint names
+  uint64_t machineHash = 0;            // HostIdentity::machineHash (wire version 2)
 };
 
 struct UniqueIdData {
