@@ -192,8 +192,17 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
     if (rails.value() < 0 || rails.value() > 32)
       return makeError(Code::kInvalidArgument, "TRNCCL_EFA_RAILS=%lld is outside 0..32",
                        static_cast<long long>(rails.value()));
-    auto opened = efa::EfaTransport::open(rank, nranks, env::getString(env::kFiProvider),
-                                          static_cast<int>(rails.value()));
+    auto rendezvous = env::getInt(env::kEfaRendezvousBytes);
+    TRNCCL_RETURN_IF_ERROR(rendezvous.status());
+    if (rendezvous.value() < 0)
+      return makeError(Code::kInvalidArgument,
+                       "TRNCCL_EFA_RNDV_BYTES=%lld is negative (0 turns rendezvous off)",
+                       static_cast<long long>(rendezvous.value()));
+    efa::EfaOptions efaOptions;
+    efaOptions.provider = env::getString(env::kFiProvider);
+    efaOptions.rails = static_cast<int>(rails.value());
+    efaOptions.rendezvousBytes = static_cast<size_t>(rendezvous.value());
+    auto opened = efa::EfaTransport::open(rank, nranks, efaOptions);
     TRNCCL_RETURN_IF_ERROR(opened.status());
     efa_ = std::move(opened.value());
   }

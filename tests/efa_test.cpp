@@ -45,11 +45,18 @@ struct Pair {
   std::unique_ptr<efa::EfaTransport> a, b;
 };
 
-Pair connectedPair(const std::string& provider, int rails) {
+// rendezvousA/B: each side's TRNCCL_EFA_RNDV_BYTES (0 = eager only).
+Pair connectedPair(const std::string& provider, int rails, size_t rendezvousA = 0,
+                   size_t rendezvousB = 0) {
   setenv("FI_TCP_IFACE", "lo", 1);
   Pair p;
-  auto a = efa::EfaTransport::open(0, 2, provider, rails);
-  auto b = efa::EfaTransport::open(1, 2, provider, rails);
+  efa::EfaOptions options;
+  options.provider = provider;
+  options.rails = rails;
+  options.rendezvousBytes = rendezvousA;
+  auto a = efa::EfaTransport::open(0, 2, options);
+  options.rendezvousBytes = rendezvousB;
+  auto b = efa::EfaTransport::open(1, 2, options);
   EXPECT_TRUE(a.isOk()) << a.status().message();
   EXPECT_TRUE(b.isOk()) << b.status().message();
   if (!a.isOk() || !b.isOk()) return p;
@@ -131,6 +138,121 @@ TEST(EfaTransport, ReducingReceiveFoldsEveryFragmentIn) {
     ASSERT_EQ(out[i], static_cast<int32_t>(i * 3 + 7 - i)) << "element " << i;
 }
 
+// One message from a to b; returns "" or the first error, and checks the bytes arrived.
+std::string sendBytes(Pair& p, size_t bytes, size_t receiverBytes = 0) {
+  std::vector<unsigned char> src(bytes), dst(receiverBytes ? receiverBytes : bytes, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
+  TransferOp send, recv;
+  send.peer = 1;
+  send.src = src.data();
+  send.bytes = src.size();
+  recv.peer = 0;
+  recv.dst = dst.data();
+  recv.bytes = dst.size();
+  std::string error = transfer(p, send, recv);
+  if (error.empty() && std::memcmp(src.data(), dst.data(), bytes) != 0) return "data differs";
+  return error;
+}
+
+TEST(EfaTransport, RendezvousReadsLargeMessagesStripedOverRails) {
+  for (const char* provider : {"tcp;ofi_rxm", "shm"}) {
+    SCOPED_TRACE(provider);
+    Pair p = connectedPair(provider, 3, 1 << 20, 1 << 20);
+    ASSERT_TRUE(p.a && p.b);
+    EXPECT_TRUE(contains(p.a->describe(), "rendezvous reads from 1048576 B")) << p.a->describe();
+    ASSERT_EQ(p.b->rendezvousBytesWith(0), 1u << 20);
+    std::vector<float> src(3 << 20), dst(src.size(), -1.0f);  // 12 MiB: 24 fragments
+    std::iota(src.begin(), src.end(), 0.0f);
+    for (int round = 0; round < 2; ++round) {
+      TransferOp send, recv;
+      send.peer = 1;
+      send.src = src.data();
+      send.bytes = src.size() * sizeof(float);
+      recv.peer = 0;
+      recv.dst = dst.data();
+      recv.bytes = send.bytes;
+      ASSERT_EQ(transfer(p, send, recv), "");
+      ASSERT_EQ(std::memcmp(src.data(), dst.data(), send.bytes), 0) << "round " << round;
+      std::fill(dst.begin(), dst.end(), -1.0f);
+    }
+    EXPECT_EQ(p.b->rendezvousReceives(), 2u);
+    // The receiver pulled every fragment (8 per rail per round); the sender moved none.
+    for (size_t r = 0; r < 3; ++r) {
+      EXPECT_EQ(p.b->fragmentsPerRail()[r], 16u) << "rail " << r << " of the receiver";
+      EXPECT_EQ(p.a->fragmentsPerRail()[r], 0u) << "rail " << r << " of the sender";
+    }
+    // Below the threshold the same pair sends eagerly.
+    EXPECT_EQ(sendBytes(p, (1 << 20) - 1), "");
+    EXPECT_EQ(p.b->rendezvousReceives(), 2u);
+    EXPECT_EQ(sendBytes(p, 1 << 20), "");
+    EXPECT_EQ(p.b->rendezvousReceives(), 3u);
+  }
+}
+
+TEST(EfaTransport, RendezvousReducingReceiveReadsIntoStaging) {
+  Pair p = connectedPair("tcp;ofi_rxm", 2, 1 << 20, 1 << 20);
+  ASSERT_TRUE(p.a && p.b);
+  const size_t count = (9 << 20) / 4 + 5;  // more fragments than the staging window, ragged
+  std::vector<int32_t> incoming(count), local(count), out(count, 0);
+  for (size_t i = 0; i < count; ++i) {
+    incoming[i] = static_cast<int32_t>(i * 5);
+    local[i] = static_cast<int32_t>(3 - i);
+  }
+  TransferOp send, recv;
+  send.peer = 1;
+  send.src = incoming.data();
+  send.bytes = count * 4;
+  recv.peer = 0;
+  recv.dst = out.data();
+  recv.bytes = send.bytes;
+  recv.action.kind = RecvAction::Kind::kReduce;
+  recv.action.dtype = trncclInt32;
+  recv.action.op = trncclSum;
+  recv.action.local = local.data();
+  ASSERT_EQ(transfer(p, send, recv), "");
+  EXPECT_EQ(p.b->rendezvousReceives(), 1u);
+  for (size_t i = 0; i < count; ++i)
+    ASSERT_EQ(out[i], static_cast<int32_t>(i * 5 + 3 - i)) << "element " << i;
+}
+
+// Each side computes the pair's threshold from both published values: the larger one, or
+// off when either side has it off. Both sides then pick the same protocol for every size.
+TEST(EfaTransport, RendezvousThresholdIsAgreedPerPair) {
+  {
+    Pair p = connectedPair("tcp;ofi_rxm", 1, 1 << 20, 4 << 20);
+    ASSERT_TRUE(p.a && p.b);
+    EXPECT_EQ(p.a->rendezvousBytesWith(1), 4u << 20);
+    EXPECT_EQ(p.b->rendezvousBytesWith(0), 4u << 20);
+    EXPECT_EQ(sendBytes(p, 2 << 20), "");
+    EXPECT_EQ(p.b->rendezvousReceives(), 0u);
+    EXPECT_EQ(sendBytes(p, 4 << 20), "");
+    EXPECT_EQ(p.b->rendezvousReceives(), 1u);
+  }
+  {
+    Pair p = connectedPair("tcp;ofi_rxm", 1, 0, 1 << 20);
+    ASSERT_TRUE(p.a && p.b);
+    EXPECT_EQ(p.b->rendezvousBytesWith(0), 0u);
+    EXPECT_EQ(sendBytes(p, 4 << 20), "");
+    EXPECT_EQ(p.b->rendezvousReceives(), 0u);
+  }
+}
+
+TEST(EfaTransport, RendezvousSizeMismatchIsAnErrorEitherWay) {
+  Pair p = connectedPair("tcp;ofi_rxm", 1, 1 << 20, 1 << 20);
+  ASSERT_TRUE(p.a && p.b);
+  // Both sides over the threshold: the announcement says how much was sent.
+  std::string error = sendBytes(p, 2 << 20, 3 << 20);
+  EXPECT_TRUE(contains(error,
+                       "rank 0 sent a message of a different size than the 3145728 "
+                       "bytes rank 1 expected"))
+      << error;
+  // Sender over the threshold, receiver under it: an announcement arrives instead of data.
+  Pair q = connectedPair("tcp;ofi_rxm", 1, 1 << 20, 1 << 20);
+  ASSERT_TRUE(q.a && q.b);
+  error = sendBytes(q, 2 << 20, 512 << 10);
+  EXPECT_TRUE(contains(error, "different size than the 524288 bytes")) << error;
+}
+
 TEST(EfaTransport, ShorterMessageThanExpectedIsAMismatchNotAHang) {
   Pair p = connectedPair("tcp;ofi_rxm", 1);
   ASSERT_TRUE(p.a && p.b);
@@ -173,7 +295,10 @@ TEST(EfaTransport, LongerMessageInWholeFragmentsIsAMismatch) {
 }
 
 TEST(EfaTransport, UnknownProviderListsWhatFiGetinfoOffers) {
-  auto t = efa::EfaTransport::open(0, 2, "no-such-provider", 1);
+  efa::EfaOptions options;
+  options.provider = "no-such-provider";
+  options.rails = 1;
+  auto t = efa::EfaTransport::open(0, 2, options);
   ASSERT_FALSE(t.isOk());
   const std::string text = t.status().message();
   EXPECT_TRUE(contains(text, "no-such-provider")) << text;

@@ -154,8 +154,11 @@ struct TransportPair {
 std::unique_ptr<TransportPair> transportPair(const char* provider) {
   setenv("FI_TCP_IFACE", "lo", 1);
   auto p = std::make_unique<TransportPair>();
-  auto a = efa::EfaTransport::open(0, 2, provider, 1);
-  auto b = efa::EfaTransport::open(1, 2, provider, 1);
+  efa::EfaOptions options;  // the library's defaults, one rail
+  options.provider = provider;
+  options.rails = 1;
+  auto a = efa::EfaTransport::open(0, 2, options);
+  auto b = efa::EfaTransport::open(1, 2, options);
   if (!a.isOk() || !b.isOk()) return p;
   p->a = std::move(a.value());
   p->b = std::move(b.value());

@@ -66,12 +66,23 @@ const Var kEfaRails{"TRNCCL_EFA_RAILS", Kind::kInt, "0",
                     "per NIC (domain) the provider offers; more than the NICs opens several "
                     "endpoints per NIC (how loopback exercises striping)."};
 
+const Var kEfaRendezvousBytes{
+    "TRNCCL_EFA_RNDV_BYTES", Kind::kInt, "1048576",
+    "Messages over efa of at least this many bytes go by rendezvous: the sender announces its "
+    "registered buffer and the receiver pulls the data with RMA reads (fi_read) straight into "
+    "place, when the provider offers FI_RMA. Smaller messages are sent eagerly (tagged sends). "
+    "0 = never. Ranks that disagree use the larger value; a rank without FI_RMA turns it off "
+    "for its pairs."};
+
 const std::vector<const Var*>& all() {
   static const std::vector<const Var*> vars = {
-      &kDebug,           &kDebugSubsys,   &kDebugFile,     &kTimeout,      &kSpinCount,
-      &kHostId,          &kBootstrapAddr, &kRank,          &kNranks,       &kUniqueId,
-      &kTransport,       &kAlgo,          &kShmChunkBytes, &kShmRingSlots, &kShmRingSlotBytes,
-      &kOneShotMaxBytes, &kLLMaxBytes,    &kShmDir,        &kFiProvider,   &kEfaRails};
+      &kDebug,           &kDebugSubsys,  &kDebugFile,
+      &kTimeout,         &kSpinCount,    &kHostId,
+      &kBootstrapAddr,   &kRank,         &kNranks,
+      &kUniqueId,        &kTransport,    &kAlgo,
+      &kShmChunkBytes,   &kShmRingSlots, &kShmRingSlotBytes,
+      &kOneShotMaxBytes, &kLLMaxBytes,   &kShmDir,
+      &kFiProvider,      &kEfaRails,     &kEfaRendezvousBytes};
   return vars;
 }
 

@@ -43,6 +43,7 @@ extern const Var kLLMaxBytes;
 extern const Var kShmDir;
 extern const Var kFiProvider;
 extern const Var kEfaRails;
+extern const Var kEfaRendezvousBytes;
 
 const std::vector<const Var*>& all();
 

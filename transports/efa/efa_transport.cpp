@@ -13,20 +13,7 @@ namespace trnccl::efa {
 
 namespace {
 
-constexpr size_t kFragBytes = 512 << 10;
-constexpr uint32_t kMaxFragments = 4096;  // 12 tag bits
-constexpr uint32_t kMaxStagedPerMessage = 8;
 constexpr size_t kMrCacheEntries = 1024;
-
-size_t fragmentBytes(size_t bytes) {
-  return std::max(kFragBytes, (bytes + kMaxFragments - 1) / kMaxFragments);
-}
-
-// 20 bits of sender rank, 32 bits of per-pair message sequence, 12 bits of fragment index.
-uint64_t makeTag(int sender, uint32_t seq, uint32_t fragment) {
-  return (static_cast<uint64_t>(sender) & 0xFFFFF) << 44 | static_cast<uint64_t>(seq) << 12 |
-         fragment;
-}
 
 std::string mrModeText(uint64_t mode) {
   static const std::pair<uint64_t, const char*> names[] = {
@@ -43,45 +30,12 @@ std::string mrModeText(uint64_t mode) {
   return text.empty() ? "none" : text;
 }
 
-// The message size as remote CQ data, cut to what the provider carries (EFA: 4 bytes).
-uint64_t sizeTag(size_t bytes, const Rail& rail) {
-  return rail.cqDataBytes >= 8 ? bytes : (bytes & 0xFFFFFFFFu);
-}
-
 }  // namespace
 
-struct FragmentContext {
-  fi_context2 context;  // first: the provider's scratch space (FI_CONTEXT2 mode)
-  Message* message = nullptr;
-  int rail = 0;
-  size_t offset = 0;
-  size_t bytes = 0;
-  char* staging = nullptr;  // receives that reduce land here first
-  MrCache::Entry* stagingMr = nullptr;
-};
-
-struct Message {
-  int peer = -1;
-  bool send = false;
-  bool staged = false;
-  uint32_t seq = 0;
-  size_t bytes = 0;
-  size_t fragBytes = 0;
-  uint32_t fragments = 0;
-  uint32_t posted = 0;
-  uint32_t completed = 0;
-  uint32_t applied = 0;             // staged fragments folded into the destination
-  std::vector<MrCache::Entry*> mr;  // per rail: the whole user buffer
-  std::vector<std::unique_ptr<FragmentContext>> contexts;
-  std::vector<FragmentContext*> arrived;  // staged, not yet applied
-  Status error;
-  bool orphaned = false;  // its operation failed; freed once the provider is done with it
-};
-
 Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
-                                                         const std::string& provider, int rails) {
+                                                         const EfaOptions& options) {
   std::unique_ptr<EfaTransport> t(new EfaTransport(myRank, nranks));
-  auto choice = chooseProvider(provider, rails);
+  auto choice = chooseProvider(options.provider, options.rails);
   TRNCCL_RETURN_IF_ERROR(choice.status());
   t->choice_ = std::move(choice.value());
   for (fi_info* info : t->choice_.use) {
@@ -90,11 +44,16 @@ Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
     t->rails_.push_back(std::move(rail.value()));
     t->caches_.push_back(std::make_unique<MrCache>(*t->rails_.back(), kMrCacheEntries));
   }
+  // Announcements carry 8-byte keys; providers with longer (raw) keys stay eager.
+  const fi_info* info = t->rails_.front()->info;
+  if (t->choice_.rma && info->domain_attr->mr_key_size <= 8)
+    t->rendezvousBytes_ = options.rendezvousBytes;
   t->sendsInFlight_.assign(t->rails_.size(), 0);
   t->recvsInFlight_.assign(t->rails_.size(), 0);
   t->fragmentsPerRail_.assign(t->rails_.size(), 0);
   t->addrOf_.assign(t->rails_.size(), std::vector<fi_addr_t>(nranks, FI_ADDR_NOTAVAIL));
   t->pairRails_.assign(nranks, 0);
+  t->pairRendezvous_.assign(nranks, 0);
   t->sendSeq_.assign(nranks, 0);
   t->recvSeq_.assign(nranks, 0);
   return t;
@@ -104,7 +63,8 @@ EfaTransport::EfaTransport(int myRank, int nranks) : myRank_(myRank), nranks_(nr
 
 EfaTransport::~EfaTransport() {
   // Endpoints first (cancelling what is still posted), then the registrations and staging
-  // buffers those operations pointed at, then the rest of each rail.
+  // buffers those operations pointed at, then the rest of each rail; the control slots'
+  // memory goes last, after its registration.
   for (auto& rail : rails_) rail->ep.reset();
   for (auto& m : messages_)
     for (auto& fc : m->contexts) delete[] fc->staging;
@@ -113,6 +73,8 @@ EfaTransport::~EfaTransport() {
   rails_.clear();
 }
 
+// Layout: provider name (length-prefixed), rail count, each rail's address (length-prefixed),
+// then this rank's rendezvous threshold (8 bytes; 0 = eager only).
 std::string EfaTransport::addressBlob() const {
   const std::string provider = rails_.front()->info->fabric_attr->prov_name;
   std::string blob(1, static_cast<char>(provider.size()));
@@ -123,6 +85,8 @@ std::string EfaTransport::addressBlob() const {
     blob.append(reinterpret_cast<const char*>(&length), 2);
     blob += rail->address;
   }
+  const uint64_t threshold = rendezvousBytes_;
+  blob.append(reinterpret_cast<const char*>(&threshold), 8);
   return blob;
 }
 
@@ -154,9 +118,15 @@ Status EfaTransport::connect(const std::vector<std::string>& blobs) {
       addresses.push_back(blob.substr(at, length));
       at += length;
     }
-    if (addresses.size() != theirRails || theirRails == 0)
+    uint64_t theirThreshold = 0;
+    if (addresses.size() != theirRails || theirRails == 0 || at + 8 != blob.size())
       return makeError(Code::kRemoteError, "rank %d published a malformed efa address", peer);
+    std::memcpy(&theirThreshold, blob.data() + at, 8);
     pairRails_[peer] = static_cast<int>(std::min(rails_.size(), theirRails));
+    // Both sides of a pair must pick the same protocol for a message: the same rule on the
+    // same two numbers gives the same answer on each side.
+    pairRendezvous_[peer] =
+        rendezvousBytes_ && theirThreshold ? std::max<size_t>(rendezvousBytes_, theirThreshold) : 0;
     for (int r = 0; r < pairRails_[peer]; ++r) perRail[r][peer] = addresses[r];
   }
   for (size_t r = 0; r < rails_.size(); ++r) {
@@ -174,12 +144,16 @@ std::string EfaTransport::describe() const {
     if (!domains.empty()) domains += ',';
     domains += rail->info->domain_attr->name;
   }
+  std::string rma = "no FI_RMA (eager only)";
+  if (rendezvousBytes_)
+    rma = strformat("FI_RMA: rendezvous reads from %zu B", rendezvousBytes_);
+  else if (choice_.rma)
+    rma = "FI_RMA offered, rendezvous off (TRNCCL_EFA_RNDV_BYTES=0 or keys over 8 bytes)";
   return strformat(
       "provider %s, fabric %s, %zu rail(s) on domain(s) %s, MR mode %s, %s, inject "
       "%zu B, %zu outstanding sends and %zu receives per rail, size check %s",
       info->fabric_attr->prov_name, info->fabric_attr->name, rails_.size(), domains.c_str(),
-      mrModeText(info->domain_attr->mr_mode).c_str(),
-      choice_.rma ? "FI_RMA offered (not used yet)" : "no FI_RMA", rails_.front()->injectBytes,
+      mrModeText(info->domain_attr->mr_mode).c_str(), rma.c_str(), rails_.front()->injectBytes,
       rails_.front()->maxSends, rails_.front()->maxRecvs,
       rails_.front()->cqDataBytes >= 4 ? "in remote CQ data" : "by length only");
 }
@@ -227,6 +201,67 @@ void EfaTransport::returnStaging(char* buffer, size_t bytes) {
   staging_.emplace_back(std::max(bytes, kFragBytes), std::unique_ptr<char[]>(buffer));
 }
 
+// The sender's announcement arrived in the receiver's control slot: check it describes the
+// message this rank expects, and keep where to read from.
+void EfaTransport::bookAnnouncement(Message& m, const fi_cq_tagged_entry& entry) {
+  AnnounceHeader header;
+  const char* slot = slots_.at(m.slot);
+  std::memcpy(&header, slot, sizeof(header));
+  const size_t railBytes = entry.len >= sizeof(header) ? entry.len - sizeof(header) : 0;
+  const bool wellFormed = entry.len >= sizeof(header) && header.version == 1 && header.rails >= 1 &&
+                          railBytes == header.rails * sizeof(RemoteBuffer);
+  if (!wellFormed || header.bytes != m.bytes) {
+    if (m.error.isOk())
+      m.error = makeError(Code::kInvalidUsage,
+                          "rank %d sent a message of a different size than the %zu bytes "
+                          "rank %d expected (mismatched count or datatype between the two "
+                          "calls)",
+                          m.peer, m.bytes, myRank_);
+    return;
+  }
+  m.remote.resize(header.rails);
+  std::memcpy(m.remote.data(), slot + sizeof(header), railBytes);
+  m.announced = true;
+}
+
+void EfaTransport::bookCompletion(FragmentContext& fc, const fi_cq_tagged_entry& entry) {
+  Message& m = *fc.message;
+  --(fc.tx ? sendsInFlight_ : recvsInFlight_)[fc.rail];
+  const bool control = fc.kind == OpKind::kAnnounce || fc.kind == OpKind::kDone;
+  ++(control ? m.ctrlCompleted : m.completed);
+  const bool incoming = !fc.tx && (fc.kind == OpKind::kData || fc.kind == OpKind::kAnnounce);
+  if (incoming) {
+    // Every fragment and announcement carries its message's size (remote CQ data), so a
+    // sender that sent a different size is caught even when the fragment itself fits exactly.
+    const Rail& rail = *rails_[fc.rail];
+    const bool sizeKnown = rail.cqDataBytes >= 4;
+    const bool sizeDiffers =
+        sizeKnown && (!(entry.flags & FI_REMOTE_CQ_DATA) || entry.data != sizeTag(m.bytes, rail));
+    const bool lengthDiffers = fc.kind == OpKind::kData && entry.len != fc.bytes;
+    if ((sizeDiffers || lengthDiffers) && m.error.isOk())
+      m.error = makeError(Code::kInvalidUsage,
+                          "rank %d sent a message of a different size than the %zu bytes "
+                          "rank %d expected (mismatched count or datatype between the two "
+                          "calls)",
+                          m.peer, m.bytes, myRank_);
+    if (fc.kind == OpKind::kAnnounce && m.error.isOk()) bookAnnouncement(m, entry);
+  }
+  if (m.staged && (fc.kind == OpKind::kData || fc.kind == OpKind::kRead)) m.arrived.push_back(&fc);
+}
+
+void EfaTransport::releaseResources(Message& m) {
+  for (size_t r = 0; r < m.mr.size(); ++r) caches_[r]->release(m.mr[r]);
+  m.mr.clear();
+  for (auto& fc : m.contexts)
+    if (fc->staging) {
+      caches_[fc->rail]->release(fc->stagingMr);
+      returnStaging(fc->staging, fc->bytes);
+      fc->staging = nullptr;
+    }
+  if (m.slot >= 0) slots_.give(m.slot);
+  m.slot = -1;
+}
+
 Status EfaTransport::pollCompletions() {
   for (size_t r = 0; r < rails_.size(); ++r) {
     fid_cq* cq = rails_[r]->cq.get();
@@ -241,9 +276,10 @@ Status EfaTransport::pollCompletions() {
         char detail[256] = {};
         const char* text = fi_cq_strerror(cq, err.prov_errno, err.err_data, detail, sizeof(detail));
         if (!fc) return makeError(Code::kSystemError, "libfabric completion error: %s", text);
-        --(fc->message->send ? sendsInFlight_ : recvsInFlight_)[fc->rail];
         Message& m = *fc->message;
-        ++m.completed;
+        --(fc->tx ? sendsInFlight_ : recvsInFlight_)[fc->rail];
+        const bool control = fc->kind == OpKind::kAnnounce || fc->kind == OpKind::kDone;
+        ++(control ? m.ctrlCompleted : m.completed);
         if (m.error.isOk()) {
           if (err.err == FI_ETRUNC)
             m.error = makeError(Code::kInvalidUsage,
@@ -260,155 +296,17 @@ Status EfaTransport::pollCompletions() {
         continue;
       }
       if (n < 0) return makeError(Code::kSystemError, "%s", fiError("fi_cq_read", n).c_str());
-      for (ssize_t i = 0; i < n; ++i) {
-        auto* fc = static_cast<FragmentContext*>(entries[i].op_context);
-        Message& m = *fc->message;
-        --(m.send ? sendsInFlight_ : recvsInFlight_)[fc->rail];
-        ++m.completed;
-        // Every fragment carries its message's size (remote CQ data), so a sender that sent a
-        // different size is caught even when the fragment itself fits exactly.
-        const Rail& rail = *rails_[r];
-        const bool sizeKnown = !m.send && rail.cqDataBytes >= 4;
-        const bool sizeDiffers = sizeKnown && (!(entries[i].flags & FI_REMOTE_CQ_DATA) ||
-                                               entries[i].data != sizeTag(m.bytes, rail));
-        if (!m.send && (entries[i].len != fc->bytes || sizeDiffers) && m.error.isOk())
-          m.error = makeError(Code::kInvalidUsage,
-                              "rank %d sent a message of a different size than the %zu bytes "
-                              "rank %d expected (mismatched count or datatype between the two "
-                              "calls)",
-                              m.peer, m.bytes, myRank_);
-        if (m.staged) m.arrived.push_back(fc);
-      }
+      for (ssize_t i = 0; i < n; ++i)
+        bookCompletion(*static_cast<FragmentContext*>(entries[i].op_context), entries[i]);
     }
   }
   // Messages whose operation failed are freed once the provider has let go of them.
   messages_.remove_if([&](const std::unique_ptr<Message>& m) {
-    if (!m->orphaned || m->completed < m->posted) return false;
-    for (size_t r = 0; r < m->mr.size(); ++r) caches_[r]->release(m->mr[r]);
-    for (auto& fc : m->contexts)
-      if (fc->staging) {
-        caches_[fc->rail]->release(fc->stagingMr);
-        returnStaging(fc->staging, fc->bytes);
-        fc->staging = nullptr;
-      }
+    if (!m->orphaned || !m->providerDone()) return false;
+    releaseResources(*m);
     return true;
   });
   return Status::ok();
-}
-
-Result<Message*> EfaTransport::start(TransferOp& op, bool send) {
-  if (op.peer < 0 || op.peer >= nranks_ || pairRails_[op.peer] == 0)
-    return makeError(Code::kInternalError, "efa transport has no address for rank %d", op.peer);
-  auto owned = std::make_unique<Message>();
-  Message* m = owned.get();
-  m->peer = op.peer;
-  m->send = send;
-  m->bytes = op.bytes;
-  m->fragBytes = fragmentBytes(op.bytes);
-  m->fragments =
-      static_cast<uint32_t>(std::max<size_t>(1, (op.bytes + m->fragBytes - 1) / m->fragBytes));
-  m->seq = send ? sendSeq_[op.peer]++ : recvSeq_[op.peer]++;
-  m->staged = !send && op.action.kind == RecvAction::Kind::kReduce;
-  const int railsUsed = std::min<int>(pairRails_[op.peer], static_cast<int>(m->fragments));
-  m->mr.assign(railsUsed, nullptr);
-  if (op.bytes > 0 && !m->staged) {
-    const void* buffer = send ? op.src : op.dst;
-    for (int r = 0; r < railsUsed; ++r) {
-      auto entry = caches_[r]->acquire(buffer, op.bytes);
-      if (!entry.isOk()) {
-        for (int q = 0; q < r; ++q) caches_[q]->release(m->mr[q]);
-        return entry.status();
-      }
-      m->mr[r] = entry.value();
-    }
-  }
-  messages_.push_back(std::move(owned));
-  op.transportState = m;
-  op.started = true;
-  return m;
-}
-
-Result<bool> EfaTransport::postFragments(Message& m, TransferOp& op) {
-  const int railsUsed = static_cast<int>(m.mr.size());
-  while (m.posted < m.fragments) {
-    if (m.staged && m.posted - m.applied >= kMaxStagedPerMessage) break;
-    const uint32_t index = m.posted;
-    const int r = static_cast<int>(index % railsUsed);
-    Rail& rail = *rails_[r];
-    if (m.send ? sendsInFlight_[r] >= rail.maxSends : recvsInFlight_[r] >= rail.maxRecvs) break;
-    const size_t offset = static_cast<size_t>(index) * m.fragBytes;
-    const size_t bytes = offset < m.bytes ? std::min(m.fragBytes, m.bytes - offset) : 0;
-    const uint64_t tag = makeTag(m.send ? myRank_ : m.peer, m.seq, index);
-    const fi_addr_t addr = addrOf_[r][m.peer];
-    ssize_t rc;
-    // The first message to a peer goes with a completion: the provider may still be setting
-    // up the connection, and an injected message would then wait for progress nobody makes
-    // if this rank's next call never touches libfabric.
-    if (m.send && bytes <= rail.injectBytes && m.seq > 0) {
-      // Small fragments are copied out by the provider at once: no completion to wait for.
-      const void* data = static_cast<const char*>(op.src) + offset;
-      rc = rail.cqDataBytes >= 4
-               ? fi_tinjectdata(rail.ep.get(), data, bytes, sizeTag(m.bytes, rail), addr, tag)
-               : fi_tinject(rail.ep.get(), data, bytes, addr, tag);
-      if (rc == 0) {
-        ++m.posted;
-        ++m.completed;
-        ++fragmentsPerRail_[r];
-        continue;
-      }
-    } else {
-      auto fc = std::make_unique<FragmentContext>();
-      fc->message = &m;
-      fc->rail = r;
-      fc->offset = offset;
-      fc->bytes = bytes;
-      if (m.send) {
-        const void* data = static_cast<const char*>(op.src) + offset;
-        void* desc = MrCache::descriptor(m.mr[r]);
-        rc = rail.cqDataBytes >= 4
-                 ? fi_tsenddata(rail.ep.get(), data, bytes, desc, sizeTag(m.bytes, rail), addr, tag,
-                                &fc->context)
-                 : fi_tsend(rail.ep.get(), data, bytes, desc, addr, tag, &fc->context);
-      } else {
-        char* target = static_cast<char*>(op.dst) + offset;
-        void* desc = MrCache::descriptor(m.mr[r]);
-        if (m.staged && bytes > 0) {
-          fc->staging = takeStaging(bytes);
-          auto entry = caches_[r]->acquire(fc->staging, bytes);
-          if (!entry.isOk()) {
-            returnStaging(fc->staging, bytes);
-            return entry.status();
-          }
-          fc->stagingMr = entry.value();
-          target = fc->staging;
-          desc = MrCache::descriptor(fc->stagingMr);
-        }
-        rc = fi_trecv(rail.ep.get(), bytes ? target : nullptr, bytes, desc, addr, tag, 0,
-                      &fc->context);
-        if (rc != 0 && fc->staging) {
-          caches_[r]->release(fc->stagingMr);
-          returnStaging(fc->staging, bytes);
-        }
-      }
-      if (rc == 0) {
-        ++m.posted;
-        ++(m.send ? sendsInFlight_ : recvsInFlight_)[r];
-        ++fragmentsPerRail_[r];
-        m.contexts.push_back(std::move(fc));
-        continue;
-      }
-    }
-    if (rc == -FI_EAGAIN) {
-      // The provider's queues are full: progress completions now, post the rest next pass.
-      TRNCCL_RETURN_IF_ERROR(pollCompletions());
-      return false;
-    }
-    return makeError(Code::kSystemError, "rank %d %s rank %d over %s: %s", myRank_,
-                     m.send ? "sending to" : "receiving from", m.peer,
-                     rail.info->fabric_attr->prov_name,
-                     fiError(m.send ? "fi_tsend" : "fi_trecv", rc).c_str());
-  }
-  return true;
 }
 
 void EfaTransport::drop(Message* m, TransferOp& op) {
@@ -432,8 +330,12 @@ Result<bool> EfaTransport::finish(Message& m, TransferOp& op) {
     ++m.applied;
   }
   m.arrived.clear();
-  if (m.completed < m.fragments || (m.staged && m.applied < m.fragments)) return false;
-  for (size_t r = 0; r < m.mr.size(); ++r) caches_[r]->release(m.mr[r]);
+  // A rendezvous sender moves no fragments itself: the receiver reads them.
+  const uint32_t dataOps = m.rendezvous && m.send ? 0 : m.fragments;
+  if (m.completed < dataOps || (m.staged && m.applied < m.fragments)) return false;
+  if (m.rendezvous && m.ctrlCompleted < 2) return false;  // announce + done, both ways
+  if (m.rendezvous && !m.send) ++rendezvousReceives_;
+  releaseResources(m);
   op.done = op.bytes;
   op.transportState = nullptr;
   messages_.remove_if([&](const std::unique_ptr<Message>& owned) { return owned.get() == &m; });
@@ -450,7 +352,7 @@ Result<bool> EfaTransport::progressSend(TransferOp& op) {
     TRNCCL_RETURN_IF_ERROR(started.status());
     m = started.value();
   }
-  auto posted = postFragments(*m, op);
+  auto posted = post(*m, op);
   if (!posted.isOk()) {
     drop(m, op);
     return posted.status();
@@ -470,7 +372,7 @@ Result<bool> EfaTransport::progressRecv(TransferOp& op) {
   }
   auto result = finish(*m, op);  // fold in staged fragments first: frees room to post more
   if (!result.isOk() || result.value()) return result;
-  auto posted = postFragments(*m, op);
+  auto posted = post(*m, op);
   if (!posted.isOk()) {
     drop(m, op);
     return posted.status();

@@ -2,7 +2,10 @@
 // or shm here). A message is cut into fragments that are striped over the rails and matched by
 // tag (sender rank, per-pair message sequence, fragment index), so messages between a pair
 // arrive in order whatever the provider does. Fragments of a receive that reduces land in
-// registered staging buffers; plain receives land in place. Posting stops at a bounded number
+// registered staging buffers; plain receives land in place. Large messages go by rendezvous
+// when the provider offers FI_RMA: the sender announces its registered buffer, the receiver
+// pulls the fragments with fi_read (into place, or into staging) and says when it is done,
+// which is when the sender's buffer is free again. Posting stops at a bounded number
 // of outstanding operations per rail, and FI_EAGAIN is treated as "try again on the next
 // progress pass". Nothing here blocks: the progress engine polls, and owns every timeout.
 #pragma once
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "transports/efa/fabric.hpp"
+#include "transports/efa/message.hpp"
 #include "transports/efa/mr_cache.hpp"
 #include "transports/transport.hpp"
 
@@ -21,12 +25,17 @@ namespace trnccl::efa {
 struct Message;
 struct FragmentContext;
 
+struct EfaOptions {
+  std::string provider;              // TRNCCL_FI_PROVIDER ("" = efa, else tcp;ofi_rxm, else shm)
+  int rails = 0;                     // TRNCCL_EFA_RAILS (0 = one per NIC the provider offers)
+  size_t rendezvousBytes = 1 << 20;  // TRNCCL_EFA_RNDV_BYTES (0 = always eager)
+};
+
 class EfaTransport : public Transport {
  public:
-  // Opens the rails (endpoints) before the bootstrap exchange; provider and rails as in
-  // TRNCCL_FI_PROVIDER / TRNCCL_EFA_RAILS (0 = one per NIC the provider offers).
+  // Opens the rails (endpoints) before the bootstrap exchange.
   static Result<std::unique_ptr<EfaTransport>> open(int myRank, int nranks,
-                                                    const std::string& provider, int rails);
+                                                    const EfaOptions& options);
   ~EfaTransport() override;
 
   const char* name() const override { return "efa"; }
@@ -56,12 +65,26 @@ class EfaTransport : public Transport {
   size_t registrationHits() const;
   // Fragments posted on each rail so far (striping is visible in tests and logs).
   const std::vector<size_t>& fragmentsPerRail() const { return fragmentsPerRail_; }
+  // Messages that went by rendezvous (RMA reads), counted on the receiving side.
+  size_t rendezvousReceives() const { return rendezvousReceives_; }
+  // The rendezvous threshold agreed with a peer (0 = eager only).
+  size_t rendezvousBytesWith(int peer) const { return pairRendezvous_[peer]; }
 
  private:
   EfaTransport(int myRank, int nranks);
   Status pollCompletions();
   Result<Message*> start(TransferOp& op, bool send);
+  Result<bool> post(Message& m, TransferOp& op);
   Result<bool> postFragments(Message& m, TransferOp& op);
+  Result<bool> postRendezvousSend(Message& m, TransferOp& op);
+  Result<bool> postRendezvousRecv(Message& m, TransferOp& op);
+  // Posts one operation; true if posted, false on FI_EAGAIN or a full budget (try later).
+  template <typename Call>
+  Result<bool> postOne(Message& m, std::unique_ptr<FragmentContext> fc, const char* what,
+                       Call call);
+  void bookCompletion(FragmentContext& fc, const fi_cq_tagged_entry& entry);
+  void bookAnnouncement(Message& m, const fi_cq_tagged_entry& entry);
+  void releaseResources(Message& m);
   Result<bool> finish(Message& m, TransferOp& op);
   void drop(Message* m, TransferOp& op);
   char* takeStaging(size_t bytes);
@@ -69,13 +92,17 @@ class EfaTransport : public Transport {
 
   int myRank_;
   int nranks_;
+  size_t rendezvousBytes_ = 0;  // this rank's threshold (0 when the provider lacks FI_RMA)
+  size_t rendezvousReceives_ = 0;
   ProviderChoice choice_;
+  ControlSlots slots_;
   std::vector<std::unique_ptr<Rail>> rails_;
   std::vector<std::unique_ptr<MrCache>> caches_;       // one per rail (per domain)
   std::vector<size_t> sendsInFlight_, recvsInFlight_;  // posted, not completed, per rail
   std::vector<size_t> fragmentsPerRail_;
   std::vector<std::vector<fi_addr_t>> addrOf_;  // [rail][rank]
   std::vector<int> pairRails_;                  // rails shared with each peer
+  std::vector<size_t> pairRendezvous_;          // threshold agreed with each peer
   std::vector<uint32_t> sendSeq_, recvSeq_;     // per peer
   bool shutDown_ = false;
   std::list<std::unique_ptr<Message>> messages_;  // live messages (providers hold contexts)

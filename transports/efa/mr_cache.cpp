@@ -24,6 +24,7 @@ Result<MrCache::Entry*> MrCache::acquire(const void* addr, size_t bytes) {
   const uintptr_t base = start / page * page;
   const uintptr_t limit = (end + page - 1) / page * page;
   auto entry = std::make_unique<Entry>();
+  entry->start = base;
   entry->end = limit;
   const uint64_t mrMode = rail_.info->domain_attr->mr_mode;
   const uint64_t key = (mrMode & FI_MR_PROV_KEY) ? 0 : nextKey_++;

@@ -21,6 +21,7 @@ namespace trnccl::efa {
 class MrCache {
  public:
   struct Entry {
+    uintptr_t start = 0;  // the registered range (whole pages)
     uintptr_t end = 0;
     Fid<fid_mr> mr;
     uint64_t lastUse = 0;
