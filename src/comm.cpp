@@ -202,6 +202,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
     efaOptions.provider = env::getString(env::kFiProvider);
     efaOptions.rails = static_cast<int>(rails.value());
     efaOptions.rendezvousBytes = static_cast<size_t>(rendezvous.value());
+    efaOptions.topologyXml = env::getString(env::kTopoXml);
     auto opened = efa::EfaTransport::open(rank, nranks, efaOptions);
     TRNCCL_RETURN_IF_ERROR(opened.status());
     efa_ = std::move(opened.value());

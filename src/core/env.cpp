@@ -74,6 +74,10 @@ const Var kEfaRendezvousBytes{
     "0 = never. Ranks that disagree use the larger value; a rank without FI_RMA turns it off "
     "for its pairs."};
 
+const Var kTopoXml{"TRNCCL_TOPO_XML", Kind::kString, "",
+                   "An hwloc XML topology file to use instead of discovering this machine (as "
+                   "exported by lstopo --of xml); it decides which NICs are near a rank."};
+
 const std::vector<const Var*>& all() {
   static const std::vector<const Var*> vars = {
       &kDebug,           &kDebugSubsys,  &kDebugFile,

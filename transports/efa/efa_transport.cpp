@@ -35,7 +35,7 @@ std::string mrModeText(uint64_t mode) {
 Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
                                                          const EfaOptions& options) {
   std::unique_ptr<EfaTransport> t(new EfaTransport(myRank, nranks));
-  auto choice = chooseProvider(options.provider, options.rails);
+  auto choice = chooseProvider(options.provider, options.rails, options.topologyXml);
   TRNCCL_RETURN_IF_ERROR(choice.status());
   t->choice_ = std::move(choice.value());
   for (fi_info* info : t->choice_.use) {
@@ -150,11 +150,11 @@ std::string EfaTransport::describe() const {
   else if (choice_.rma)
     rma = "FI_RMA offered, rendezvous off (TRNCCL_EFA_RNDV_BYTES=0 or keys over 8 bytes)";
   return strformat(
-      "provider %s, fabric %s, %zu rail(s) on domain(s) %s, MR mode %s, %s, inject "
+      "provider %s, fabric %s, %zu rail(s) on domain(s) %s (%s), MR mode %s, %s, inject "
       "%zu B, %zu outstanding sends and %zu receives per rail, size check %s",
       info->fabric_attr->prov_name, info->fabric_attr->name, rails_.size(), domains.c_str(),
-      mrModeText(info->domain_attr->mr_mode).c_str(), rma.c_str(), rails_.front()->injectBytes,
-      rails_.front()->maxSends, rails_.front()->maxRecvs,
+      choice_.railReason.c_str(), mrModeText(info->domain_attr->mr_mode).c_str(), rma.c_str(),
+      rails_.front()->injectBytes, rails_.front()->maxSends, rails_.front()->maxRecvs,
       rails_.front()->cqDataBytes >= 4 ? "in remote CQ data" : "by length only");
 }
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/strformat.hpp"
+#include "topology/nic_locality.hpp"
 
 namespace trnccl::efa {
 
@@ -44,6 +45,31 @@ Result<InfoPtr> getInfo(const std::string& provider, bool rma) {
   return InfoPtr(found);
 }
 
+// The domains whose NIC is near this process's CPUs (hwloc); all of them when only one.
+Result<std::vector<size_t>> nearDomains(const std::vector<fi_info*>& domains,
+                                        const std::string& topologyXml) {
+  std::vector<size_t> all(domains.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  if (domains.size() < 2) return all;
+  std::vector<topology::NicCandidate> nics;
+  for (fi_info* info : domains) {
+    topology::NicCandidate nic;
+    nic.name = info->domain_attr->name ? info->domain_attr->name : "";
+    if (info->nic && info->nic->bus_attr && info->nic->bus_attr->bus_type == FI_BUS_PCI) {
+      const fi_pci_attr& pci = info->nic->bus_attr->attr.pci;
+      nic.hasPci = true;
+      nic.pciDomain = pci.domain_id;
+      nic.pciBus = pci.bus_id;
+      nic.pciDevice = pci.device_id;
+      nic.pciFunction = pci.function_id;
+    }
+    nics.push_back(nic);
+  }
+  auto host = topology::HostTopology::load(topologyXml);
+  TRNCCL_RETURN_IF_ERROR(host.status());
+  return host.value()->nearNics(nics, "");
+}
+
 }  // namespace
 
 std::string describeOffered() {
@@ -67,7 +93,8 @@ std::string describeOffered() {
   return text;
 }
 
-Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails) {
+Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails,
+                                      const std::string& topologyXml) {
   std::vector<std::string> order;
   if (!wanted.empty())
     order.push_back(wanted);
@@ -96,8 +123,16 @@ Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails) {
       if (names.insert(i->domain_attr->name).second) domains.push_back(i);
     }
     if (domains.empty()) domains.push_back(choice.infos.get());
-    const size_t want = rails > 0 ? static_cast<size_t>(rails) : domains.size();
-    for (size_t r = 0; r < want; ++r) choice.use.push_back(domains[r % domains.size()]);
+    if (rails > 0) {
+      for (int r = 0; r < rails; ++r) choice.use.push_back(domains[r % domains.size()]);
+      choice.railReason = strformat("TRNCCL_EFA_RAILS=%d", rails);
+      return choice;
+    }
+    auto near = nearDomains(domains, topologyXml);
+    TRNCCL_RETURN_IF_ERROR(near.status());
+    for (size_t i : near.value()) choice.use.push_back(domains[i]);
+    choice.railReason =
+        strformat("%zu of %zu NIC(s) near this rank's CPUs", choice.use.size(), domains.size());
     return choice;
   }
   return makeError(Code::kSystemError,

@@ -60,13 +60,16 @@ struct ProviderChoice {
   InfoPtr infos;              // every matching fi_info, in libfabric's order
   std::vector<fi_info*> use;  // the ones the rails use (one per rail)
   bool rma = false;           // FI_RMA granted
+  std::string railReason;     // how the rails were picked, for the INFO line
 };
 
 // Picks the provider: `wanted` (TRNCCL_FI_PROVIDER) if set, else efa, tcp;ofi_rxm, shm in that
 // order. The error lists what fi_getinfo offered so the user can pick. rails = 0 means "one
-// per distinct domain the provider offers" (NICs), otherwise exactly that many endpoints
-// (several on one domain when the provider has fewer NICs: how loopback exercises striping).
-Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails);
+// per distinct domain (NIC) the provider offers that is near this process's CPUs" (hwloc, from
+// topologyXml when set), otherwise exactly that many endpoints (several on one domain when
+// the provider has fewer NICs: how loopback exercises striping).
+Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails,
+                                      const std::string& topologyXml = "");
 
 // What fi_getinfo offers without our hints: "tcp;ofi_rxm (lo), shm (shm), ...".
 std::string describeOffered();
