@@ -4,7 +4,9 @@
 # inside each namespace and the efa transport over libfabric's tcp provider across the veth);
 # the bootstrap root listens on A's veth address. The job runs on a clean link, then with 1% of
 # B's incoming TCP packets dropped (nftables) and A's egress rate-limited (tc tbf): results
-# must stay bit-exact (-c 1 checks against the serial reference) and the jobs must finish.
+# must stay bit-exact (-c 1 checks against the serial reference) and the jobs must finish. A
+# third job runs with every TCP connection between the namespaces through a relay that delays
+# each byte by 2 ms each way (tests/netns_relay.py).
 # Usage: netns_test.sh BUILD_DIR. Exit 77 (skipped) where namespaces cannot be created.
 set -u
 build="${1:?usage: netns_test.sh BUILD_DIR}"
@@ -76,6 +78,51 @@ sizes=(-b 8 -e 8M -f 8 -c 1 -n 3 -w 1)
 for tool in all_reduce_perf alltoall_perf broadcast_perf; do
   run_job "clean link" "$tool" "${sizes[@]}"
 done
+
+# A slow link: in each namespace an nftables rule redirects TCP connections to the other
+# namespace onto a relay (tests/netns_relay.py) that delays every byte 2 ms each way. Needs
+# nftables NAT and python3; without them this part is reported and left out.
+relay_port=7390
+relays=()
+start_relay() {  # namespace, the other namespace's address, log file
+  ip netns exec "$1" nft -f - <<EOF || return 1
+table ip trnccl_delay {
+  chain output {
+    type nat hook output priority -100;
+    meta mark 0x1 return
+    ip daddr $2 meta l4proto tcp counter redirect to :$relay_port
+  }
+}
+EOF
+  ip netns exec "$1" python3 "$(dirname "$0")/netns_relay.py" --port "$relay_port" \
+    --delay-ms 2 --mark 1 >"$3" 2>&1 &
+  relays+=($!)
+}
+if command -v nft >/dev/null && command -v python3 >/dev/null &&
+    start_relay "$nsA" "$ipB" "$tmp/relayA.log" && start_relay "$nsB" "$ipA" "$tmp/relayB.log"; then
+  for _ in $(seq 50); do
+    grep -q listening "$tmp/relayA.log" && grep -q listening "$tmp/relayB.log" && break
+    sleep 0.1
+  done
+  run_job "2 ms relay each way" all_reduce_perf -b 8 -e 1M -f 8 -c 1 -n 3 -w 1
+  echo "netns: 8-byte all-reduce over the delayed link (us): $(awk '$1 == 8 {print $6; exit}' "$tmp/a.out")"
+  kill -TERM "${relays[@]}" 2>/dev/null
+  wait "${relays[@]}" 2>/dev/null
+  for side in A B; do
+    summary="$(grep '^relay: [0-9]' "$tmp/relay$side.log")"
+    echo "netns: relay in $side: ${summary#relay: }"
+    bytes="$(echo "$summary" | sed -n 's/.* \([0-9]*\) bytes.*/\1/p')"
+    if [ "${bytes:-0}" -lt 100000 ]; then
+      echo "netns: FAIL the relay in $side carried almost nothing: the delay was not applied"
+      sed 's/^/  relay: /' "$tmp/relay$side.log" | tail -5
+      failures=$((failures + 1))
+    fi
+  done
+  ip netns exec "$nsA" nft delete table ip trnccl_delay
+  ip netns exec "$nsB" nft delete table ip trnccl_delay
+else
+  echo "netns: note: no nftables NAT or python3 here: the delayed-link job is left out"
+fi
 
 # Faults on the link: 1% of B's incoming TCP segments dropped, A's egress limited to 200 Mbit/s.
 if command -v nft >/dev/null; then
