@@ -392,7 +392,16 @@ Status Communicator::healthLocked(Operation& op) {
   if (peer >= 0 && peer != rank_ && now - lastLivenessCheckNs_ > 5'000'000) {
     lastLivenessCheckNs_ = now;
     int local = localOfRank_[peer];
-    if (local >= 0 && segment_.rankArea(local)->departed.load(std::memory_order_acquire))
+    bool departed =
+        local >= 0 && segment_.rankArea(local)->departed.load(std::memory_order_acquire);
+    // Over the network a peer's last message can still be on its way (in socket buffers, or
+    // not yet read by the provider) when that peer has already finished and left: keep
+    // progressing for a grace period before calling it a different number of calls.
+    if (departed && ctx_.transportOfPeer[peer] == efa_.get()) {
+      if (departedSeenNs_ == 0) departedSeenNs_ = now;
+      departed = now - departedSeenNs_ > kDepartedGraceNs;
+    }
+    if (departed)
       return makeError(Code::kInvalidUsage,
                        "%s destroyed its communicator while this rank was still %s it: the "
                        "ranks made different numbers of calls",
@@ -447,6 +456,7 @@ void Communicator::progressLocked() {
         op->result = Status::ok();
         op->finished.store(true, std::memory_order_release);
         queue_.pop_front();
+        departedSeenNs_ = 0;
         continue;
       }
       // Waiting on peers. Health checks read the clock and poll pidfds: every 64th pass is

@@ -94,6 +94,10 @@ class Communicator {
   std::deque<std::shared_ptr<Operation>> queue_;
   Status failure_;  // sticky: once set, the communicator only reports it
   int64_t lastLivenessCheckNs_ = 0;
+  // When this rank first saw the peer it waits for over efa gone from the node segment (0 =
+  // not yet); see healthLocked.
+  int64_t departedSeenNs_ = 0;
+  static constexpr int64_t kDepartedGraceNs = 2'000'000'000;
   uint64_t blockedPasses_ = 0;
   std::atomic<bool> abortRequested_{false};
 

@@ -344,6 +344,56 @@ TEST(Efa, ProvidersThatDifferBetweenRanksAreNamedAtInit) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+// Ranks on different nodes cannot compare settings through a node segment: the bootstrap's
+// exchange round carries them.
+TEST(Efa, SettingsThatDifferAcrossNodesFailInitNamingTheKnob) {
+  for (const char* knob : {"TRNCCL_ALGO", "TRNCCL_TRANSPORT"}) {
+    SCOPED_TRACE(knob);
+    auto outcomes = runRanks(2, [knob](int rank, int n, const trncclUniqueId& id) {
+      setenv("FI_TCP_IFACE", "lo", 1);
+      setenv("TRNCCL_HOSTID", rank == 0 ? "node-a" : "node-b", 1);
+      if (std::string(knob) == "TRNCCL_ALGO")
+        setenv("TRNCCL_ALGO", rank == 0 ? "allreduce:ring" : "", 1);
+      else
+        setenv("TRNCCL_TRANSPORT", rank == 0 ? "self,shm,efa" : "efa", 1);
+      trncclComm_t comm = nullptr;
+      trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+      std::string text = trncclGetLastError(nullptr);
+      Failures f;
+      if (rc != trncclInvalidUsage)
+        f.add("rank %d: init returned %s: %s", rank, trncclGetErrorString(rc), text.c_str());
+      if (!contains(text, knob)) f.add("rank %d: '%s' does not name the knob", rank, text.c_str());
+      return f.text();
+    });
+    EXPECT_ALL_RANKS_OK(outcomes);
+  }
+}
+
+// A rank that fails before the exchange round (its provider does not exist) leaves; the others
+// hear about it from the bootstrap instead of waiting out their timeout.
+TEST(Efa, RankThatFailsBeforeTheExchangeIsNamedByTheOthers) {
+  auto outcomes = runRanks(3, [](int rank, int n, const trncclUniqueId& id) {
+    setenv("FI_TCP_IFACE", "lo", 1);
+    setenv("TRNCCL_TRANSPORT", "efa", 1);
+    setenv("TRNCCL_TIMEOUT", "20", 1);
+    if (rank == 2) setenv("TRNCCL_FI_PROVIDER", "no-such-provider", 1);
+    auto start = Clock::now();
+    trncclComm_t comm = nullptr;
+    trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+    std::string text = trncclGetLastError(nullptr);
+    Failures f;
+    if (rc == trncclSuccess) {
+      f.add("rank %d: init succeeded without rank 2", rank);
+      trncclCommDestroy(comm);
+    }
+    if (rank != 2 && !contains(text, "rank 2"))
+      f.add("rank %d: '%s' does not name rank 2", rank, text.c_str());
+    if (since(start) > 15) f.add("rank %d: took %.1f s to fail", rank, since(start));
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
 TEST(Efa, PeerDeathUnderLibfabricTrafficIsNamedBySurvivors) {
   const int nranks = 3;
   auto outcomes = runRanks(nranks, [](int rank, int n, const trncclUniqueId& id) {

@@ -173,6 +173,10 @@ void EfaTransport::drain(double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (pending() && std::chrono::steady_clock::now() < deadline)
     if (!pollCompletions().isOk()) return;
+  // Injected messages have no completion to wait for; a few more passes let a provider that
+  // queued one (socket full) push it out before the endpoint closes.
+  for (int pass = 0; pass < 16; ++pass)
+    if (!pollCompletions().isOk()) return;
 }
 
 size_t EfaTransport::registrations() const {
