@@ -1,16 +1,18 @@
 // Raw libfabric point-to-point between two processes (fabtests fi_rdm_pingpong / fi_rdm_bw
-// style): the baseline the efa transport is measured against. The parent and a forked child
-// each open one RDM endpoint with the same provider and hints the transport uses
-// (transports/efa/fabric.hpp), swap addresses through a pipe, then for each size run a
+// style) side by side with trnccl's efa transport doing the same thing in the same run: the
+// transport's overhead over the library it sits on is measured, not guessed. The parent and a
+// forked child each open one RDM endpoint with the same provider and hints the transport uses
+// (transports/efa/fabric.hpp) and one EfaTransport (one rail, the library's defaults), swap
+// addresses through a pipe, then for each size alternate raw and transport runs of a
 // ping-pong (half round trip = latency) and a one-way stream of 16 messages in flight followed
-// by a zero-byte acknowledgement (bandwidth). Compare with
-//   TRNCCL_TRANSPORT=efa TRNCCL_FI_PROVIDER=... trnccl-run -np 2 sendrecv_perf -b 8 -e 4M
-// usage: fabric_pingpong [-p PROVIDER] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]
+// by a zero-byte acknowledgement (bandwidth). Each figure is the median of -R repeats.
+// usage: fabric_pingpong [-p PROVIDER] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-R REPEATS]
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "transports/efa/efa_transport.hpp"
 #include "transports/efa/fabric.hpp"
 
 namespace {
@@ -69,6 +72,63 @@ void recv(Side& s, char* buf, size_t bytes, uint64_t tag, fi_context2* ctx) {
   post(s, [&] { return fi_trecv(s.rail->ep.get(), buf, bytes, nullptr, s.peer, tag, 0, ctx); });
 }
 
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The transport's side: whole messages as TransferOps, progressed until done.
+struct TransportSide {
+  std::unique_ptr<efa::EfaTransport> transport;
+  int peer = 0;
+};
+
+struct Op {
+  TransferOp op;
+  bool send = false;
+  bool done = false;
+};
+
+Op sendOp(int peer, const char* buf, size_t bytes) {
+  Op o;
+  o.op.peer = peer;
+  o.op.src = buf;
+  o.op.bytes = bytes;
+  o.send = true;
+  return o;
+}
+
+Op recvOp(int peer, char* buf, size_t bytes) {
+  Op o;
+  o.op.peer = peer;
+  o.op.dst = buf;
+  o.op.bytes = bytes;
+  return o;
+}
+
+void progressAll(TransportSide& t, Op* ops, int n) {
+  for (int remaining = n; remaining > 0;) {
+    for (int i = 0; i < n; ++i) {
+      if (ops[i].done) continue;
+      auto r =
+          ops[i].send ? t.transport->progressSend(ops[i].op) : t.transport->progressRecv(ops[i].op);
+      if (!r.isOk()) die(r.status().message());
+      if (r.value()) {
+        ops[i].done = true;
+        --remaining;
+      }
+    }
+    if (remaining > 0) {
+      Status polled = t.transport->endPass();  // as the progress engine does
+      if (!polled.isOk()) die(polled.message());
+    }
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 size_t parseSize(const char* text) {
   char* end = nullptr;
   double v = std::strtod(text, &end);
@@ -79,11 +139,28 @@ size_t parseSize(const char* text) {
 
 }  // namespace
 
+// Writes `blob` to the other process and returns its blob (length-prefixed, through pipes).
+std::string swap(int out, int in, const std::string& blob) {
+  uint32_t length = static_cast<uint32_t>(blob.size());
+  if (write(out, &length, 4) != 4 || write(out, blob.data(), length) != length) die("pipe write");
+  uint32_t theirLength = 0;
+  if (read(in, &theirLength, 4) != 4 || theirLength > 4096) die("pipe read");
+  std::string theirs(theirLength, '\0');
+  size_t got = 0;
+  while (got < theirLength) {
+    ssize_t n = read(in, theirs.data() + got, theirLength - got);
+    if (n <= 0) die("pipe read");
+    got += static_cast<size_t>(n);
+  }
+  return theirs;
+}
+
 int main(int argc, char** argv) {
   std::string provider = "tcp;ofi_rxm";
   size_t minBytes = 8, maxBytes = 4 << 20;
   double factor = 8;
   int iters = 200;
+  int repeats = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "-p")
@@ -96,9 +173,12 @@ int main(int argc, char** argv) {
       factor = std::atof(argv[i + 1]);
     else if (flag == "-n")
       iters = std::atoi(argv[i + 1]);
+    else if (flag == "-R")
+      repeats = std::max(1, std::atoi(argv[i + 1]));
     else {
       std::fprintf(stderr,
-                   "usage: fabric_pingpong [-p PROVIDER] [-b MIN] [-e MAX] [-f F] [-n N]\n");
+                   "usage: fabric_pingpong [-p PROVIDER] [-b MIN] [-e MAX] [-f F] [-n N] "
+                   "[-R REPEATS]\n");
       return 2;
     }
   }
@@ -107,6 +187,7 @@ int main(int argc, char** argv) {
   if (pipe(toChild) || pipe(toParent)) die("pipe failed");
   pid_t child = fork();
   const bool server = child == 0;  // the child answers pings and receives the stream
+  const int out = server ? toParent[1] : toChild[1], in = server ? toChild[0] : toParent[0];
 
   Side s;
   auto choice = efa::chooseProvider(provider, 1);
@@ -115,81 +196,134 @@ int main(int argc, char** argv) {
   auto rail = efa::openRail(s.choice.use[0]);
   if (!rail.isOk()) die(rail.status().message());
   s.rail = std::move(rail.value());
-  // Swap addresses: length-prefixed through the pipes.
-  const std::string& mine = s.rail->address;
-  uint32_t length = static_cast<uint32_t>(mine.size());
-  int out = server ? toParent[1] : toChild[1], in = server ? toChild[0] : toParent[0];
-  if (write(out, &length, 4) != 4 || write(out, mine.data(), length) != length) die("pipe write");
-  uint32_t theirLength = 0;
-  if (read(in, &theirLength, 4) != 4 || theirLength > 256) die("pipe read");
-  std::string theirs(theirLength, '\0');
-  if (read(in, theirs.data(), theirLength) != static_cast<ssize_t>(theirLength)) die("pipe read");
+  const std::string theirs = swap(out, in, s.rail->address);
   std::vector<std::string> addrs = {server ? theirs : "", server ? "" : theirs};
   auto inserted = efa::insertAddresses(*s.rail, addrs);
   if (!inserted.isOk()) die(inserted.status().message());
   s.peer = inserted.value()[server ? 0 : 1];
 
+  TransportSide t;
+  efa::EfaOptions options;
+  options.provider = provider;
+  options.rails = 1;
+  if (const char* rv = std::getenv("TRNCCL_EFA_RNDV_BYTES"))
+    options.rendezvousBytes = parseSize(rv);
+  const int me = server ? 1 : 0;
+  t.peer = 1 - me;
+  auto opened = efa::EfaTransport::open(me, 2, options);
+  if (!opened.isOk()) die(opened.status().message());
+  t.transport = std::move(opened.value());
+  std::vector<std::string> blobs(2);
+  blobs[me] = t.transport->addressBlob();
+  blobs[t.peer] = swap(out, in, blobs[me]);
+  Status connected = t.transport->connect(blobs);
+  if (!connected.isOk()) die(connected.message());
+
   if (!server)
     std::printf(
-        "# fabric_pingpong: provider %s, domain %s, %d iterations per size\n"
-        "# %10s %14s %14s %14s\n",
-        s.rail->info->fabric_attr->prov_name, s.rail->info->domain_attr->name, iters, "bytes",
-        "latency (us)", "pingpong GB/s", "stream GB/s");
+        "# fabric_pingpong: provider %s, domain %s, %d iterations per size, median of %d\n"
+        "# transport: %s\n"
+        "# %10s %10s %10s %7s %11s %11s %7s\n",
+        s.rail->info->fabric_attr->prov_name, s.rail->info->domain_attr->name, iters, repeats,
+        t.transport->describe().c_str(), "bytes", "raw us", "trnccl us", "ratio", "raw GB/s",
+        "trnccl GB/s", "ratio");
   const int window = 16;
   std::vector<char> buffer(maxBytes * window + 1, 1);
   std::vector<fi_context2> ctx(window + 2);
   for (size_t bytes = minBytes; bytes <= maxBytes;
        bytes = std::max(bytes + 1, static_cast<size_t>(bytes * factor))) {
     const int warmup = 10;
-    // Ping-pong.
-    double start = 0;
-    for (int it = -warmup; it < iters; ++it) {
-      if (it == 0)
-        start = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-                    .count();
-      if (server) {
-        recv(s, buffer.data(), bytes, 1, &ctx[0]);
-        waitFor(s, 1);
-        send(s, buffer.data(), bytes, 2, &ctx[1]);
-        waitFor(s, 1);
-      } else {
-        recv(s, buffer.data(), bytes, 2, &ctx[0]);
-        send(s, buffer.data(), bytes, 1, &ctx[1]);
-        waitFor(s, 2);
-      }
-    }
-    double pingpong =
-        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
-        start;
-    // Stream: window messages one way, then an acknowledgement.
     const int rounds = std::max(4, iters / window);
-    for (int it = -2; it < rounds; ++it) {
-      if (it == 0)
-        start = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-                    .count();
-      if (server) {
-        for (int w = 0; w < window; ++w) recv(s, buffer.data() + w * bytes, bytes, 3, &ctx[w]);
-        waitFor(s, window);
-        send(s, nullptr, 0, 4, &ctx[window]);
-        waitFor(s, 1);
-      } else {
-        recv(s, nullptr, 0, 4, &ctx[window]);
-        for (int w = 0; w < window; ++w) send(s, buffer.data() + w * bytes, bytes, 3, &ctx[w]);
-        waitFor(s, window + 1);
+    auto rawPingPong = [&] {
+      double start = 0;
+      for (int it = -warmup; it < iters; ++it) {
+        if (it == 0) start = now();
+        if (server) {
+          recv(s, buffer.data(), bytes, 1, &ctx[0]);
+          waitFor(s, 1);
+          send(s, buffer.data(), bytes, 2, &ctx[1]);
+          waitFor(s, 1);
+        } else {
+          recv(s, buffer.data(), bytes, 2, &ctx[0]);
+          send(s, buffer.data(), bytes, 1, &ctx[1]);
+          waitFor(s, 2);
+        }
       }
+      return now() - start;
+    };
+    auto transportPingPong = [&] {
+      double start = 0;
+      for (int it = -warmup; it < iters; ++it) {
+        if (it == 0) start = now();
+        if (server) {
+          Op r = recvOp(t.peer, buffer.data(), bytes);
+          progressAll(t, &r, 1);
+          Op w = sendOp(t.peer, buffer.data(), bytes);
+          progressAll(t, &w, 1);
+        } else {
+          Op ops[2] = {recvOp(t.peer, buffer.data(), bytes), sendOp(t.peer, buffer.data(), bytes)};
+          progressAll(t, ops, 2);
+        }
+      }
+      return now() - start;
+    };
+    // Stream: window messages one way, then an acknowledgement.
+    auto rawStream = [&] {
+      double start = 0;
+      for (int it = -2; it < rounds; ++it) {
+        if (it == 0) start = now();
+        if (server) {
+          for (int w = 0; w < window; ++w) recv(s, buffer.data() + w * bytes, bytes, 3, &ctx[w]);
+          waitFor(s, window);
+          send(s, nullptr, 0, 4, &ctx[window]);
+          waitFor(s, 1);
+        } else {
+          recv(s, nullptr, 0, 4, &ctx[window]);
+          for (int w = 0; w < window; ++w) send(s, buffer.data() + w * bytes, bytes, 3, &ctx[w]);
+          waitFor(s, window + 1);
+        }
+      }
+      return now() - start;
+    };
+    auto transportStream = [&] {
+      double start = 0;
+      std::vector<Op> ops(window + 1);
+      for (int it = -2; it < rounds; ++it) {
+        if (it == 0) start = now();
+        if (server) {
+          for (int w = 0; w < window; ++w)
+            ops[w] = recvOp(t.peer, buffer.data() + w * bytes, bytes);
+          progressAll(t, ops.data(), window);
+          ops[window] = sendOp(t.peer, nullptr, 0);
+          progressAll(t, &ops[window], 1);
+        } else {
+          ops[window] = recvOp(t.peer, nullptr, 0);
+          for (int w = 0; w < window; ++w)
+            ops[w] = sendOp(t.peer, buffer.data() + w * bytes, bytes);
+          progressAll(t, ops.data(), window + 1);
+        }
+      }
+      return now() - start;
+    };
+    std::vector<double> rawLat, trLat, rawBw, trBw;
+    for (int r = 0; r < repeats; ++r) {
+      rawLat.push_back(rawPingPong() / iters / 2 * 1e6);
+      trLat.push_back(transportPingPong() / iters / 2 * 1e6);
+      rawBw.push_back(bytes * static_cast<double>(window) * rounds / rawStream() / 1e9);
+      trBw.push_back(bytes * static_cast<double>(window) * rounds / transportStream() / 1e9);
     }
-    double stream =
-        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
-        start;
-    if (!server)
-      std::printf("  %10zu %14.2f %14.3f %14.3f\n", bytes, pingpong / iters / 2 * 1e6,
-                  bytes * 2.0 * iters / pingpong / 1e9,
-                  bytes * static_cast<double>(window) * rounds / stream / 1e9);
+    if (!server) {
+      const double rl = median(rawLat), tl = median(trLat), rb = median(rawBw), tb = median(trBw);
+      std::printf("  %10zu %10.2f %10.2f %7.2f %11.3f %11.3f %7.2f\n", bytes, rl, tl, tl / rl, rb,
+                  tb, tb / rb);
+      std::fflush(stdout);
+    }
   }
   if (!server) {
     int status = 0;
     waitpid(child, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
   }
+  t.transport->drain(1.0);
   return 0;
 }

@@ -15,10 +15,13 @@ Installs the Debian packages (scripts/install-deps.sh), builds (scripts/build.sh
      on 2 ranks, sizes 8 B..64 MiB (x2), and on 4 ranks (--oversubscribe), 1 KiB..16 MiB (x4),
      each with -c 0 -M 1 -R 5 -J (trnccl and Open MPI interleaved, medians of 5 timings).
      Sizes up to 1 MiB use -n 20 -w 5; larger sizes -n 10 -w 2 to keep the sweep short.
-  2. the micro benchmarks (kernels_bench, shm_ring_bench, and any of fabric_bench,
+  2. the efa transport on loopback: fabric_pingpong (raw libfabric beside the transport,
+     tcp;ofi_rxm and shm providers, medians of 5) and all_reduce_perf over
+     TRNCCL_TRANSPORT=efa (tcp;ofi_rxm) beside Open MPI's tcp BTL and its ofi MTL, 1-64 MiB.
+  3. the micro benchmarks (kernels_bench, shm_ring_bench, and any of fabric_bench,
      planner_bench that are built) with 5 repetitions, median/mean/stddev aggregates.
-  3. plot.py -> docs/perf/*.png and report.py -> docs/PERFORMANCE.md.
-Takes about 6 minutes on a 2-core machine (--quick: about 30 s).
+  4. plot.py -> docs/perf/*.png and report.py -> docs/PERFORMANCE.md.
+Takes about 7 minutes on a 2-core machine (--quick: about 30 s).
 
   --quick       smoke test in under a minute: tiny sizes, -n 5 -w 1 -R 2, 2 micro
                 repetitions; plots and report go into the results directory, never docs/
@@ -29,7 +32,8 @@ Takes about 6 minutes on a 2-core machine (--quick: about 30 s).
   --no-build    skip install-deps and the build; use the binaries already in build/
   -h, --help    this text
 
-Results: DIR/<tool>_<N>ranks.jsonl, DIR/micro/<bench>.json, DIR/logs/*.txt (console output),
+Results: DIR/<tool>_<N>ranks.jsonl, DIR/efa/ (fabric_pingpong_*.txt, all_reduce_efa_*.jsonl),
+DIR/micro/<bench>.json, DIR/logs/*.txt (console output),
 DIR/commands.txt (every command, as run), DIR/run-info.txt. Exits non-zero when a run failed
 (the report still shows what was measured).
 EOF
@@ -171,6 +175,36 @@ for spec in "${SWEEP[@]}"; do
   done
 done
 say "collectives took $((SECONDS - start)) s"
+
+# The efa transport over libfabric on loopback: raw libfabric against the transport (ping-pong
+# latency, streamed bandwidth), then all-reduce over TRNCCL_TRANSPORT=efa beside Open MPI
+# over its tcp BTL and over its ofi MTL with the same provider.
+estart=$SECONDS
+mkdir -p "$out/efa" || exit 1
+if [ "$quick" -eq 1 ]; then
+  pp_flags=(-b 8 -e 64K -f 64 -n 50 -R 2)
+  efa_sizes=(-b 1M -e 4M -f 4 -n 3 -w 1)
+else
+  pp_flags=(-b 8 -e 16M -f 8 -n 200 -R 5)
+  efa_sizes=(-b 1M -e 64M -f 4 -n 10 -w 2)
+fi
+for prov in "tcp;ofi_rxm" shm; do
+  run_logged "$out/efa/fabric_pingpong_${prov%%;*}.txt" \
+    timeout -k 10 "$run_timeout" env FI_TCP_IFACE=lo "$BIN/fabric_pingpong" -p "$prov" "${pp_flags[@]}"
+done
+EFA_ENV=(-x TRNCCL_TRANSPORT=efa -x "TRNCCL_FI_PROVIDER=tcp;ofi_rxm" -x FI_TCP_IFACE=lo)
+run_logged "$out/logs/all_reduce_efa_mpi_tcp_btl.txt" \
+  timeout -k 10 "$run_timeout" "${MPIRUN[@]}" -np 2 "${EFA_ENV[@]}" \
+  --mca oob_tcp_if_include lo --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
+  "$BIN/all_reduce_perf" "${efa_sizes[@]}" -c 0 -M 1 -R "$repeats" \
+  -J "$out/efa/all_reduce_efa_vs_mpi_tcp_btl.jsonl"
+run_logged "$out/logs/all_reduce_efa_mpi_ofi_mtl.txt" \
+  timeout -k 10 "$run_timeout" "${MPIRUN[@]}" -np 2 "${EFA_ENV[@]}" \
+  --mca oob_tcp_if_include lo --mca pml cm --mca mtl ofi \
+  --mca mtl_ofi_provider_include "tcp;ofi_rxm" \
+  "$BIN/all_reduce_perf" "${efa_sizes[@]}" -c 0 -M 1 -R "$repeats" \
+  -J "$out/efa/all_reduce_efa_vs_mpi_ofi_mtl.jsonl"
+say "efa benchmarks took $((SECONDS - estart)) s"
 
 mstart=$SECONDS
 for m in "${MICRO_BENCHES[@]}"; do

@@ -461,6 +461,7 @@ void Communicator::progressLocked() {
       }
       // Waiting on peers. Health checks read the clock and poll pidfds: every 64th pass is
       // often enough to notice failures within microseconds and keeps the spin loop tight.
+      if (status.isOk() && efa_) status = efa_->endPass();
       if (status.isOk() && (++blockedPasses_ & 63) == 0) status = healthLocked(*op);
       if (status.isOk()) return;
       status = status.withContext(

@@ -312,6 +312,72 @@ def micro_table(entries):
 # ---------------------------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------------------------
+# efa transport (libfabric on loopback)
+
+
+def load_pingpong(results):
+    """{provider: (header comment lines, [row cells])} from efa/fabric_pingpong_*.txt."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(results, "efa", "fabric_pingpong_*.txt"))):
+        text = read(path) or ""
+        head = [l[1:].strip() for l in text.splitlines() if l.startswith("#")]
+        rows = [l.split() for l in text.splitlines()
+                if l.strip() and l.strip()[0].isdigit() and len(l.split()) == 7]
+        if rows:
+            name = os.path.basename(path)[len("fabric_pingpong_"):-len(".txt")]
+            out[name] = (head, rows)
+    return out
+
+
+def pingpong_table(rows):
+    lines = ["| size | raw libfabric latency (us) | trnccl transport latency (us) | ratio "
+             "| raw stream GB/s | trnccl stream GB/s | ratio |", "|" + "---:|" * 7]
+    for cells in rows:
+        size = plot.human_size(int(cells[0]))
+        lines.append("| " + " | ".join([size] + cells[1:]) + " |")
+    return lines
+
+
+def efa_section(results, warn):
+    md = []
+    pingpong = load_pingpong(results)
+    files = sorted(glob.glob(os.path.join(results, "efa", "*.jsonl")))
+    rows = plot.load_rows(files, warn=warn) if files else []
+    if not pingpong and not rows:
+        return md
+    md += ["## efa transport (libfabric on loopback)", ""]
+    md.append("No EFA device here: these run libfabric's tcp;ofi_rxm and shm providers on one "
+              "machine, which is how the efa transport's overhead over the library it uses is "
+              "measured.")
+    md.append("")
+    for name, (head, table) in sorted(pingpong.items()):
+        md += ["### Point to point, %s provider (bench/fabric_pingpong)" % name, ""]
+        md.append("Two processes; raw libfabric and the trnccl transport alternate for each size "
+                  "in the same run. Latency is half a ping-pong round trip; bandwidth streams 16 "
+                  "messages in flight one way. Medians; ratio = trnccl / raw (latency: lower is "
+                  "better; bandwidth: higher is better).")
+        md.append("")
+        md += ["`%s`" % h for h in head[:2]] + [""]
+        md += pingpong_table(table) + [""]
+    for path in files:
+        file_rows = plot.load_rows([path], warn=warn)
+        if not file_rows:
+            continue
+        against = os.path.basename(path)[len("all_reduce_efa_vs_"):-len(".jsonl")]
+        label = {"mpi_tcp_btl": "Open MPI `--mca pml ob1 --mca btl tcp,self`",
+                 "mpi_ofi_mtl": "Open MPI `--mca pml cm --mca mtl ofi` (tcp;ofi_rxm)"}.get(
+                     against, against)
+        groups = plot.aggregate(file_rows)
+        for key in sorted(groups, key=tool_key):
+            md += ["### %s over efa (tcp;ofi_rxm) beside %s" % (describe(key), label), ""]
+            lines, wrong = tool_table(groups[key])
+            md += lines + [""]
+            if wrong:
+                md += ["**Wrong results** were reported at: %s." % ", ".join(wrong), ""]
+    return md
+
+
 def build(results, out_path, plots_dir, warn):
     files = sorted(glob.glob(os.path.join(results, "*.jsonl")))
     rows = plot.load_rows(files, warn=warn) if files else []
@@ -403,6 +469,8 @@ def build(results, out_path, plots_dir, warn):
             md += lines + [""]
             if wrong:
                 md += ["**Wrong results** were reported at: %s." % ", ".join(wrong), ""]
+
+    md += efa_section(results, warn)
 
     if micro:
         md += ["## Micro benchmarks", ""]

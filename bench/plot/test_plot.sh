@@ -44,6 +44,18 @@ cat >"$res/micro/kernels_bench.json" <<'EOF'
 ]}
 EOF
 
+# the efa part: fabric_pingpong's console table and one all-reduce beside MPI
+mkdir -p "$res/efa"
+cat >"$res/efa/fabric_pingpong_tcp.txt" <<'EOF'
+# fabric_pingpong: provider tcp;ofi_rxm, domain lo, 200 iterations per size, median of 5
+# transport: provider tcp;ofi_rxm, 1 rail(s)
+#      bytes     raw us  trnccl us   ratio    raw GB/s trnccl GB/s   ratio
+           8      10.38      10.94    1.05       0.001       0.001    1.00
+     4194304    1215.07     585.37    0.48       3.795       6.456    1.70
+EOF
+grep '"tool": *"all_reduce"' "$here/fixture.jsonl" | grep '"nranks": *2' \
+  >"$res/efa/all_reduce_efa_vs_mpi_tcp_btl.jsonl"
+
 out="$tmp/docs"
 "$PY" "$here/plot.py" "$out/perf" "$res/fixture.jsonl" >"$tmp/plot.log" 2>&1 ||
   fail "plot.py exited $? on the fixture: $(cat "$tmp/plot.log")"
@@ -80,6 +92,10 @@ if [ -f "$md" ]; then
     "| all_reduce, 4 ranks, float sum: lowest ratio over sizes >= 1K (2 sizes), at 4K | 0.12 GB/s | 0.14 GB/s | 0.90x |"
   expect_line "$md" "| BM_ReduceFloatSum | 64K (65536) | 2.00 | 150.0 | 1.50x |"
   expect_line "$md" "mpirun -np 2 build/bench/all_reduce_perf -b 8 -e 64M -R 3 -J fixture.jsonl"
+  expect_line "$md" "### Point to point, tcp provider (bench/fabric_pingpong)"
+  expect_line "$md" "| 4M | 1215.07 | 585.37 | 0.48 | 3.795 | 6.456 | 1.70 |"
+  expect_line "$md" \
+    "### all_reduce, 2 ranks, float sum over efa (tcp;ofi_rxm) beside Open MPI \`--mca pml ob1 --mca btl tcp,self\`"
   grep -q "one run on the machine described here" "$md" || fail "no one-run caveat"
   grep -q "medians of 3 interleaved timings" "$md" || fail "no -R medians note"
   grep -q "alltoall" "$md" && fail "the report mentions alltoall, which the fixture did not measure"

@@ -302,6 +302,9 @@ Status EfaTransport::pollCompletions() {
       if (n < 0) return makeError(Code::kSystemError, "%s", fiError("fi_cq_read", n).c_str());
       for (ssize_t i = 0; i < n; ++i)
         bookCompletion(*static_cast<FragmentContext*>(entries[i].op_context), entries[i]);
+      // A short batch means the queue was empty: reading again to hear FI_EAGAIN would cost
+      // one more progress call (a poll() system call with tcp) for every completion.
+      if (n < 16) break;
     }
   }
   // Messages whose operation failed are freed once the provider has let go of them.
@@ -346,10 +349,14 @@ Result<bool> EfaTransport::finish(Message& m, TransferOp& op) {
   return true;
 }
 
+// Posting comes before polling: a small send then completes (injected) without touching the
+// completion queue, and a new receive is posted before anything waits for it. Under the
+// progress engine the queues are read once at the end of each pass (endPass), after every
+// step of the pass has posted what it could: with the tcp provider every read is a poll()
+// system call, and one per pending step per pass was the bulk of the small-message cost.
 Result<bool> EfaTransport::progressSend(TransferOp& op) {
   if (shutDown_)
     return makeError(Code::kInvalidUsage, "the efa transport was shut down after an error");
-  TRNCCL_RETURN_IF_ERROR(pollCompletions());
   Message* m = static_cast<Message*>(op.transportState);
   if (!m) {
     auto started = start(op, /*send=*/true);
@@ -361,27 +368,54 @@ Result<bool> EfaTransport::progressSend(TransferOp& op) {
     drop(m, op);
     return posted.status();
   }
+  auto result = finish(*m, op);
+  if (!result.isOk() || result.value()) return result;
+  TRNCCL_RETURN_IF_ERROR(pollOncePerPass());
   return finish(*m, op);
 }
 
 Result<bool> EfaTransport::progressRecv(TransferOp& op) {
   if (shutDown_)
     return makeError(Code::kInvalidUsage, "the efa transport was shut down after an error");
-  TRNCCL_RETURN_IF_ERROR(pollCompletions());
   Message* m = static_cast<Message*>(op.transportState);
   if (!m) {
     auto started = start(op, /*send=*/false);
     TRNCCL_RETURN_IF_ERROR(started.status());
     m = started.value();
   }
-  auto result = finish(*m, op);  // fold in staged fragments first: frees room to post more
+  // Fold in staged fragments that arrived on earlier passes first: frees room to post more.
+  auto result = finish(*m, op);
   if (!result.isOk() || result.value()) return result;
   auto posted = post(*m, op);
   if (!posted.isOk()) {
     drop(m, op);
     return posted.status();
   }
-  return finish(*m, op);
+  TRNCCL_RETURN_IF_ERROR(pollOncePerPass());
+  result = finish(*m, op);
+  if (!result.isOk() || result.value()) return result;
+  // Rendezvous: the announcement that just arrived lets the reads go out in this same pass.
+  if (m->rendezvous && m->announced && m->posted == 0) {
+    posted = post(*m, op);
+    if (!posted.isOk()) {
+      drop(m, op);
+      return posted.status();
+    }
+  }
+  return false;
+}
+
+Status EfaTransport::pollOncePerPass() {
+  stepsThisPass_ = true;
+  return endOfPassPolling_ ? Status::ok() : pollCompletions();
+}
+
+Status EfaTransport::endPass() {
+  endOfPassPolling_ = true;
+  // A pass that waited on shm steps only leaves the queues to progressIdle's slower beat.
+  if (shutDown_ || !stepsThisPass_) return Status::ok();
+  stepsThisPass_ = false;
+  return pollCompletions();
 }
 
 }  // namespace trnccl::efa

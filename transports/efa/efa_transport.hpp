@@ -59,6 +59,10 @@ class EfaTransport : public Transport {
   void progressIdle() {
     if (!shutDown_) (void)pollCompletions();
   }
+  // The progress engine calls this after each pass over its steps that left work pending: the
+  // completion queues are then read once per pass, after all the pass's posts, instead of in
+  // every progress call (what callers that never call it get).
+  Status endPass();
 
   // "provider tcp;ofi_rxm, fabric 127.0.0.1/32, domain lo, 2 rail(s), MR mode ..., rma".
   std::string describe() const;
@@ -74,6 +78,7 @@ class EfaTransport : public Transport {
  private:
   EfaTransport(int myRank, int nranks);
   Status pollCompletions();
+  Status pollOncePerPass();
   Result<Message*> start(TransferOp& op, bool send);
   Result<bool> post(Message& m, TransferOp& op);
   Result<bool> postFragments(Message& m, TransferOp& op);
@@ -106,6 +111,8 @@ class EfaTransport : public Transport {
   std::vector<size_t> pairRendezvous_;          // threshold agreed with each peer
   std::vector<uint32_t> sendSeq_, recvSeq_;     // per peer
   bool shutDown_ = false;
+  bool endOfPassPolling_ = false;  // endPass has been called: progress calls do not poll
+  bool stepsThisPass_ = false;     // a step is waiting on the queues: endPass reads them
   std::list<std::unique_ptr<Message>> messages_;  // live messages (providers hold contexts)
   std::vector<std::pair<size_t, std::unique_ptr<char[]>>> staging_;  // free buffers
 };
