@@ -4,8 +4,10 @@
 // forked child each open one RDM endpoint with the same provider and hints the transport uses
 // (transports/efa/fabric.hpp) and one EfaTransport (one rail, the library's defaults), swap
 // addresses through a pipe, then for each size alternate raw and transport runs of a
-// ping-pong (half round trip = latency) and a one-way stream of 16 messages in flight followed
-// by a zero-byte acknowledgement (bandwidth). Each figure is the median of -R repeats.
+// ping-pong (half round trip = latency), an exchange (both send and receive at once, as in
+// sendrecv_perf and every ring step; time per exchange) and a one-way stream of 16 messages in
+// flight followed by a zero-byte acknowledgement (bandwidth). Each figure is the median of -R
+// repeats.
 // usage: fabric_pingpong [-p PROVIDER] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-R REPEATS]
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
@@ -223,10 +225,10 @@ int main(int argc, char** argv) {
     std::printf(
         "# fabric_pingpong: provider %s, domain %s, %d iterations per size, median of %d\n"
         "# transport: %s\n"
-        "# %10s %10s %10s %7s %11s %11s %7s\n",
+        "# %10s %10s %10s %7s %10s %10s %7s %11s %11s %7s\n",
         s.rail->info->fabric_attr->prov_name, s.rail->info->domain_attr->name, iters, repeats,
-        t.transport->describe().c_str(), "bytes", "raw us", "trnccl us", "ratio", "raw GB/s",
-        "trnccl GB/s", "ratio");
+        t.transport->describe().c_str(), "bytes", "raw us", "trnccl us", "ratio", "raw xchg",
+        "trnccl xchg", "ratio", "raw GB/s", "trnccl GB/s", "ratio");
   const int window = 16;
   std::vector<char> buffer(maxBytes * window + 1, 1);
   std::vector<fi_context2> ctx(window + 2);
@@ -264,6 +266,27 @@ int main(int argc, char** argv) {
           Op ops[2] = {recvOp(t.peer, buffer.data(), bytes), sendOp(t.peer, buffer.data(), bytes)};
           progressAll(t, ops, 2);
         }
+      }
+      return now() - start;
+    };
+    // Exchange (what sendrecv_perf and every ring step do): both sides send and receive at once.
+    auto rawExchange = [&] {
+      double start = 0;
+      for (int it = -warmup; it < iters; ++it) {
+        if (it == 0) start = now();
+        recv(s, buffer.data() + bytes, bytes, 5, &ctx[0]);
+        send(s, buffer.data(), bytes, 5, &ctx[1]);
+        waitFor(s, 2);
+      }
+      return now() - start;
+    };
+    auto transportExchange = [&] {
+      double start = 0;
+      for (int it = -warmup; it < iters; ++it) {
+        if (it == 0) start = now();
+        Op ops[2] = {recvOp(t.peer, buffer.data() + bytes, bytes),
+                     sendOp(t.peer, buffer.data(), bytes)};
+        progressAll(t, ops, 2);
       }
       return now() - start;
     };
@@ -305,17 +328,20 @@ int main(int argc, char** argv) {
       }
       return now() - start;
     };
-    std::vector<double> rawLat, trLat, rawBw, trBw;
+    std::vector<double> rawLat, trLat, rawX, trX, rawBw, trBw;
     for (int r = 0; r < repeats; ++r) {
       rawLat.push_back(rawPingPong() / iters / 2 * 1e6);
       trLat.push_back(transportPingPong() / iters / 2 * 1e6);
+      rawX.push_back(rawExchange() / iters * 1e6);
+      trX.push_back(transportExchange() / iters * 1e6);
       rawBw.push_back(bytes * static_cast<double>(window) * rounds / rawStream() / 1e9);
       trBw.push_back(bytes * static_cast<double>(window) * rounds / transportStream() / 1e9);
     }
     if (!server) {
       const double rl = median(rawLat), tl = median(trLat), rb = median(rawBw), tb = median(trBw);
-      std::printf("  %10zu %10.2f %10.2f %7.2f %11.3f %11.3f %7.2f\n", bytes, rl, tl, tl / rl, rb,
-                  tb, tb / rb);
+      const double rx = median(rawX), tx = median(trX);
+      std::printf("  %10zu %10.2f %10.2f %7.2f %10.2f %10.2f %7.2f %11.3f %11.3f %7.2f\n", bytes,
+                  rl, tl, tl / rl, rx, tx, tx / rx, rb, tb, tb / rb);
       std::fflush(stdout);
     }
   }

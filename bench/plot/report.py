@@ -323,7 +323,7 @@ def load_pingpong(results):
         text = read(path) or ""
         head = [l[1:].strip() for l in text.splitlines() if l.startswith("#")]
         rows = [l.split() for l in text.splitlines()
-                if l.strip() and l.strip()[0].isdigit() and len(l.split()) == 7]
+                if l.strip() and l.strip()[0].isdigit() and len(l.split()) == 10]
         if rows:
             name = os.path.basename(path)[len("fabric_pingpong_"):-len(".txt")]
             out[name] = (head, rows)
@@ -332,7 +332,8 @@ def load_pingpong(results):
 
 def pingpong_table(rows):
     lines = ["| size | raw libfabric latency (us) | trnccl transport latency (us) | ratio "
-             "| raw stream GB/s | trnccl stream GB/s | ratio |", "|" + "---:|" * 7]
+             "| raw exchange (us) | trnccl exchange (us) | ratio "
+             "| raw stream GB/s | trnccl stream GB/s | ratio |", "|" + "---:|" * 10]
     for cells in rows:
         size = plot.human_size(int(cells[0]))
         lines.append("| " + " | ".join([size] + cells[1:]) + " |")
@@ -354,9 +355,10 @@ def efa_section(results, warn):
     for name, (head, table) in sorted(pingpong.items()):
         md += ["### Point to point, %s provider (bench/fabric_pingpong)" % name, ""]
         md.append("Two processes; raw libfabric and the trnccl transport alternate for each size "
-                  "in the same run. Latency is half a ping-pong round trip; bandwidth streams 16 "
-                  "messages in flight one way. Medians; ratio = trnccl / raw (latency: lower is "
-                  "better; bandwidth: higher is better).")
+                  "in the same run. Latency is half a ping-pong round trip; an exchange is both "
+                  "sides sending and receiving at once (a sendrecv, or one ring step); bandwidth "
+                  "streams 16 messages in flight one way. Medians; ratio = trnccl / raw (times: "
+                  "lower is better; bandwidth: higher is better).")
         md.append("")
         md += ["`%s`" % h for h in head[:2]] + [""]
         md += pingpong_table(table) + [""]

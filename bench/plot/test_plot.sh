@@ -49,9 +49,9 @@ mkdir -p "$res/efa"
 cat >"$res/efa/fabric_pingpong_tcp.txt" <<'EOF'
 # fabric_pingpong: provider tcp;ofi_rxm, domain lo, 200 iterations per size, median of 5
 # transport: provider tcp;ofi_rxm, 1 rail(s)
-#      bytes     raw us  trnccl us   ratio    raw GB/s trnccl GB/s   ratio
-           8      10.38      10.94    1.05       0.001       0.001    1.00
-     4194304    1215.07     585.37    0.48       3.795       6.456    1.70
+#      bytes     raw us  trnccl us   ratio   raw xchg trnccl xchg   ratio    raw GB/s trnccl GB/s   ratio
+           8      10.38      10.94    1.05      15.18      15.27    1.01       0.001       0.001    1.00
+     4194304    1215.07     585.37    0.48     976.96     584.08    0.60       3.795       6.456    1.70
 EOF
 grep '"tool": *"all_reduce"' "$here/fixture.jsonl" | grep '"nranks": *2' \
   >"$res/efa/all_reduce_efa_vs_mpi_tcp_btl.jsonl"
@@ -93,7 +93,7 @@ if [ -f "$md" ]; then
   expect_line "$md" "| BM_ReduceFloatSum | 64K (65536) | 2.00 | 150.0 | 1.50x |"
   expect_line "$md" "mpirun -np 2 build/bench/all_reduce_perf -b 8 -e 64M -R 3 -J fixture.jsonl"
   expect_line "$md" "### Point to point, tcp provider (bench/fabric_pingpong)"
-  expect_line "$md" "| 4M | 1215.07 | 585.37 | 0.48 | 3.795 | 6.456 | 1.70 |"
+  expect_line "$md" "| 4M | 1215.07 | 585.37 | 0.48 | 976.96 | 584.08 | 0.60 | 3.795 | 6.456 | 1.70 |"
   expect_line "$md" \
     "### all_reduce, 2 ranks, float sum over efa (tcp;ofi_rxm) beside Open MPI \`--mca pml ob1 --mca btl tcp,self\`"
   grep -q "one run on the machine described here" "$md" || fail "no one-run caveat"
