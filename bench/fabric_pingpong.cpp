@@ -128,7 +128,8 @@ void progressAll(TransportSide& t, Op* ops, int n) {
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t mid = v.size() / 2;
+  return v.size() % 2 ? v[mid] : (v[mid - 1] + v[mid]) / 2;
 }
 
 size_t parseSize(const char* text) {
