@@ -314,7 +314,12 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   unsigned onThisMachine = 0;
   for (const auto& p : peers_) onThisMachine += p.machineHash == peers_[rank].machineHash;
-  if (onThisMachine > cores) spinCount_ = std::min(spinCount_, 50);
+  // Oversubscribed, the peer a rank waits for is often not running: spin briefly (a few
+  // pauses per pass, not a long watch of the word) and give the core away soon.
+  if (onThisMachine > cores) {
+    spinCount_ = std::min(spinCount_, 50);
+    watchPauses_ = 1;
+  }
 
   TRNCCL_INFO(log::kInit,
               "%s rank %d/%d: %d node(s), local rank %d of %zu, pid %d on %s; transports: "
@@ -501,7 +506,8 @@ Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSe
     if (++polls > spinCount_) {
       sched_yield();
     } else if (hint.word) {
-      for (int i = 0; i < 64 && hint.word->load(std::memory_order_acquire) == hint.seen; ++i)
+      for (int i = 0; i < watchPauses_ && hint.word->load(std::memory_order_acquire) == hint.seen;
+           ++i)
         cpuRelax();
     } else {
       cpuRelax();

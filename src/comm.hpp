@@ -78,6 +78,7 @@ class Communicator {
   int nranks_ = 0;
   CommOptions options_;
   int spinCount_ = 2000;
+  int watchPauses_ = 64;  // pauses per pass while watching the awaited word (see wait)
   std::vector<bootstrap::PeerInfo> peers_;
   topology::JobLayout layout_;
   std::vector<int> localOfRank_;
