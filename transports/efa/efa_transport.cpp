@@ -302,6 +302,7 @@ Status EfaTransport::pollCompletions() {
       if (n < 0) return makeError(Code::kSystemError, "%s", fiError("fi_cq_read", n).c_str());
       for (ssize_t i = 0; i < n; ++i)
         bookCompletion(*static_cast<FragmentContext*>(entries[i].op_context), entries[i]);
+      completionsSeen_ += static_cast<uint64_t>(n);
       // A short batch means the queue was empty: reading again to hear FI_EAGAIN would cost
       // one more progress call (a poll() system call with tcp) for every completion.
       if (n < 16) break;
@@ -415,7 +416,15 @@ Status EfaTransport::endPass() {
   // A pass that waited on shm steps only leaves the queues to progressIdle's slower beat.
   if (shutDown_ || !stepsThisPass_) return Status::ok();
   stepsThisPass_ = false;
-  return pollCompletions();
+  // The pass is waiting anyway: read a few times until something completes. Providers that
+  // progress inside the read (shm's handshakes need both sides to turn) then move several
+  // steps per pass, and nothing is posted late because of it.
+  const uint64_t before = completionsSeen_;
+  for (int read = 0; read < kReadsPerPass; ++read) {
+    TRNCCL_RETURN_IF_ERROR(pollCompletions());
+    if (completionsSeen_ != before) break;
+  }
+  return Status::ok();
 }
 
 }  // namespace trnccl::efa

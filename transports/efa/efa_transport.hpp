@@ -113,6 +113,8 @@ class EfaTransport : public Transport {
   bool shutDown_ = false;
   bool endOfPassPolling_ = false;  // endPass has been called: progress calls do not poll
   bool stepsThisPass_ = false;     // a step is waiting on the queues: endPass reads them
+  uint64_t completionsSeen_ = 0;
+  static constexpr int kReadsPerPass = 8;
   std::list<std::unique_ptr<Message>> messages_;  // live messages (providers hold contexts)
   std::vector<std::pair<size_t, std::unique_ptr<char[]>>> staging_;  // free buffers
 };
