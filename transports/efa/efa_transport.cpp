@@ -34,6 +34,10 @@ std::string mrModeText(uint64_t mode) {
 
 Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
                                                          const EfaOptions& options) {
+  if (nranks > (1 << 19))
+    return makeError(Code::kInvalidArgument,
+                     "the efa transport tags messages with 19 bits of rank: %d ranks is too many",
+                     nranks);
   std::unique_ptr<EfaTransport> t(new EfaTransport(myRank, nranks));
   auto choice = chooseProvider(options.provider, options.rails, options.topologyXml);
   TRNCCL_RETURN_IF_ERROR(choice.status());
