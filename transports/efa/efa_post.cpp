@@ -77,7 +77,7 @@ Result<bool> EfaTransport::postOne(Message& m, std::unique_ptr<FragmentContext> 
   const ssize_t rc = budgetLeft ? call(fc.get()) : -FI_EAGAIN;
   if (rc == 0) {
     ++(fc->tx ? sendsInFlight_ : recvsInFlight_)[r];
-    const bool control = fc->kind == OpKind::kAnnounce || fc->kind == OpKind::kDone;
+    const bool control = isControl(fc->kind);
     ++(control ? m.ctrlPosted : m.posted);
     if (!control) ++fragmentsPerRail_[r];
     m.contexts.push_back(std::move(fc));

@@ -209,6 +209,20 @@ void EfaTransport::returnStaging(char* buffer, size_t bytes) {
   staging_.emplace_back(std::max(bytes, kFragBytes), std::unique_ptr<char[]>(buffer));
 }
 
+Status EfaTransport::sizeMismatch(const Message& m) const {
+  return makeError(Code::kInvalidUsage,
+                   "rank %d sent a message of a different size than the %zu bytes rank %d "
+                   "expected (mismatched count or datatype between the two calls)",
+                   m.peer, m.bytes, myRank_);
+}
+
+// One of a message's operations left the provider, with or without an error.
+void EfaTransport::bookFinished(const FragmentContext& fc) {
+  Message& m = *fc.message;
+  --(fc.tx ? sendsInFlight_ : recvsInFlight_)[fc.rail];
+  ++(isControl(fc.kind) ? m.ctrlCompleted : m.completed);
+}
+
 // The sender's announcement arrived in the receiver's control slot: check it describes the
 // message this rank expects, and keep where to read from.
 void EfaTransport::bookAnnouncement(Message& m, const fi_cq_tagged_entry& entry) {
@@ -219,12 +233,7 @@ void EfaTransport::bookAnnouncement(Message& m, const fi_cq_tagged_entry& entry)
   const bool wellFormed = entry.len >= sizeof(header) && header.version == 1 && header.rails >= 1 &&
                           railBytes == header.rails * sizeof(RemoteBuffer);
   if (!wellFormed || header.bytes != m.bytes) {
-    if (m.error.isOk())
-      m.error = makeError(Code::kInvalidUsage,
-                          "rank %d sent a message of a different size than the %zu bytes "
-                          "rank %d expected (mismatched count or datatype between the two "
-                          "calls)",
-                          m.peer, m.bytes, myRank_);
+    if (m.error.isOk()) m.error = sizeMismatch(m);
     return;
   }
   m.remote.resize(header.rails);
@@ -234,9 +243,7 @@ void EfaTransport::bookAnnouncement(Message& m, const fi_cq_tagged_entry& entry)
 
 void EfaTransport::bookCompletion(FragmentContext& fc, const fi_cq_tagged_entry& entry) {
   Message& m = *fc.message;
-  --(fc.tx ? sendsInFlight_ : recvsInFlight_)[fc.rail];
-  const bool control = fc.kind == OpKind::kAnnounce || fc.kind == OpKind::kDone;
-  ++(control ? m.ctrlCompleted : m.completed);
+  bookFinished(fc);
   const bool incoming = !fc.tx && (fc.kind == OpKind::kData || fc.kind == OpKind::kAnnounce);
   if (incoming) {
     // Every fragment and announcement carries its message's size (remote CQ data), so a
@@ -246,12 +253,7 @@ void EfaTransport::bookCompletion(FragmentContext& fc, const fi_cq_tagged_entry&
     const bool sizeDiffers =
         sizeKnown && (!(entry.flags & FI_REMOTE_CQ_DATA) || entry.data != sizeTag(m.bytes, rail));
     const bool lengthDiffers = fc.kind == OpKind::kData && entry.len != fc.bytes;
-    if ((sizeDiffers || lengthDiffers) && m.error.isOk())
-      m.error = makeError(Code::kInvalidUsage,
-                          "rank %d sent a message of a different size than the %zu bytes "
-                          "rank %d expected (mismatched count or datatype between the two "
-                          "calls)",
-                          m.peer, m.bytes, myRank_);
+    if ((sizeDiffers || lengthDiffers) && m.error.isOk()) m.error = sizeMismatch(m);
     if (fc.kind == OpKind::kAnnounce && m.error.isOk()) bookAnnouncement(m, entry);
   }
   if (m.staged && (fc.kind == OpKind::kData || fc.kind == OpKind::kRead)) m.arrived.push_back(&fc);
@@ -285,9 +287,7 @@ Status EfaTransport::pollCompletions() {
         const char* text = fi_cq_strerror(cq, err.prov_errno, err.err_data, detail, sizeof(detail));
         if (!fc) return makeError(Code::kSystemError, "libfabric completion error: %s", text);
         Message& m = *fc->message;
-        --(fc->tx ? sendsInFlight_ : recvsInFlight_)[fc->rail];
-        const bool control = fc->kind == OpKind::kAnnounce || fc->kind == OpKind::kDone;
-        ++(control ? m.ctrlCompleted : m.completed);
+        bookFinished(*fc);
         if (m.error.isOk()) {
           if (err.err == FI_ETRUNC)
             m.error = makeError(Code::kInvalidUsage,
@@ -375,7 +375,7 @@ Result<bool> EfaTransport::progressSend(TransferOp& op) {
   }
   auto result = finish(*m, op);
   if (!result.isOk() || result.value()) return result;
-  TRNCCL_RETURN_IF_ERROR(pollOncePerPass());
+  TRNCCL_RETURN_IF_ERROR(pollUnlessEngineDoes());
   return finish(*m, op);
 }
 
@@ -396,21 +396,11 @@ Result<bool> EfaTransport::progressRecv(TransferOp& op) {
     drop(m, op);
     return posted.status();
   }
-  TRNCCL_RETURN_IF_ERROR(pollOncePerPass());
-  result = finish(*m, op);
-  if (!result.isOk() || result.value()) return result;
-  // Rendezvous: the announcement that just arrived lets the reads go out in this same pass.
-  if (m->rendezvous && m->announced && m->posted == 0) {
-    posted = post(*m, op);
-    if (!posted.isOk()) {
-      drop(m, op);
-      return posted.status();
-    }
-  }
-  return false;
+  TRNCCL_RETURN_IF_ERROR(pollUnlessEngineDoes());
+  return finish(*m, op);
 }
 
-Status EfaTransport::pollOncePerPass() {
+Status EfaTransport::pollUnlessEngineDoes() {
   stepsThisPass_ = true;
   return endOfPassPolling_ ? Status::ok() : pollCompletions();
 }

@@ -78,7 +78,9 @@ class EfaTransport : public Transport {
  private:
   EfaTransport(int myRank, int nranks);
   Status pollCompletions();
-  Status pollOncePerPass();
+  // A step is waiting on the queues: reads them now, unless the engine reads them at the end
+  // of the pass (endPass).
+  Status pollUnlessEngineDoes();
   Result<Message*> start(TransferOp& op, bool send);
   Result<bool> post(Message& m, TransferOp& op);
   Result<bool> postFragments(Message& m, TransferOp& op);
@@ -89,6 +91,8 @@ class EfaTransport : public Transport {
   Result<bool> postOne(Message& m, std::unique_ptr<FragmentContext> fc, const char* what,
                        Call call);
   void bookCompletion(FragmentContext& fc, const fi_cq_tagged_entry& entry);
+  void bookFinished(const FragmentContext& fc);
+  Status sizeMismatch(const Message& m) const;
   void bookAnnouncement(Message& m, const fi_cq_tagged_entry& entry);
   void releaseResources(Message& m);
   Result<bool> finish(Message& m, TransferOp& op);

@@ -44,6 +44,10 @@ enum class OpKind : uint8_t {
   kDone,      // rendezvous: the receiver's "pulled everything" (sent / received)
 };
 
+inline bool isControl(OpKind kind) {
+  return kind == OpKind::kAnnounce || kind == OpKind::kDone;
+}
+
 struct FragmentContext {
   fi_context2 context;  // first: the provider's scratch space (FI_CONTEXT2 mode)
   Message* message = nullptr;
