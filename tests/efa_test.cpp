@@ -113,14 +113,13 @@ TEST(EfaTransport, StripesLargeMessagesOverRailsAndCachesRegistrations) {
   EXPECT_EQ(p.b->registrations(), 3u);
 }
 
-TEST(EfaTransport, ReducingReceiveFoldsEveryFragmentIn) {
-  Pair p = connectedPair("tcp;ofi_rxm", 2);
-  ASSERT_TRUE(p.a && p.b);
-  const size_t count = (5 << 20) / 4 + 3;  // several fragments and a ragged end
+// Sends `count` int32 (i * a) from a to b, whose receive sums them into its own (b - i);
+// returns "" or the first error or wrong element.
+std::string reducingTransfer(Pair& p, size_t count, int32_t a, int32_t b) {
   std::vector<int32_t> incoming(count), local(count), out(count, 0);
   for (size_t i = 0; i < count; ++i) {
-    incoming[i] = static_cast<int32_t>(i * 3);
-    local[i] = static_cast<int32_t>(7 - i);
+    incoming[i] = static_cast<int32_t>(i * a);
+    local[i] = static_cast<int32_t>(b - i);
   }
   TransferOp send, recv;
   send.peer = 1;
@@ -133,9 +132,18 @@ TEST(EfaTransport, ReducingReceiveFoldsEveryFragmentIn) {
   recv.action.dtype = trncclInt32;
   recv.action.op = trncclSum;
   recv.action.local = local.data();
-  ASSERT_EQ(transfer(p, send, recv), "");
+  std::string error = transfer(p, send, recv);
+  if (!error.empty()) return error;
   for (size_t i = 0; i < count; ++i)
-    ASSERT_EQ(out[i], static_cast<int32_t>(i * 3 + 7 - i)) << "element " << i;
+    if (out[i] != static_cast<int32_t>(i * a + b - i))
+      return "element " + std::to_string(i) + " is " + std::to_string(out[i]);
+  return "";
+}
+
+TEST(EfaTransport, ReducingReceiveFoldsEveryFragmentIn) {
+  Pair p = connectedPair("tcp;ofi_rxm", 2);
+  ASSERT_TRUE(p.a && p.b);
+  EXPECT_EQ(reducingTransfer(p, (5 << 20) / 4 + 3, 3, 7), "");  // several fragments, ragged
 }
 
 // One message from a to b; returns "" or the first error, and checks the bytes arrived.
@@ -192,27 +200,9 @@ TEST(EfaTransport, RendezvousReadsLargeMessagesStripedOverRails) {
 TEST(EfaTransport, RendezvousReducingReceiveReadsIntoStaging) {
   Pair p = connectedPair("tcp;ofi_rxm", 2, 1 << 20, 1 << 20);
   ASSERT_TRUE(p.a && p.b);
-  const size_t count = (9 << 20) / 4 + 5;  // more fragments than the staging window, ragged
-  std::vector<int32_t> incoming(count), local(count), out(count, 0);
-  for (size_t i = 0; i < count; ++i) {
-    incoming[i] = static_cast<int32_t>(i * 5);
-    local[i] = static_cast<int32_t>(3 - i);
-  }
-  TransferOp send, recv;
-  send.peer = 1;
-  send.src = incoming.data();
-  send.bytes = count * 4;
-  recv.peer = 0;
-  recv.dst = out.data();
-  recv.bytes = send.bytes;
-  recv.action.kind = RecvAction::Kind::kReduce;
-  recv.action.dtype = trncclInt32;
-  recv.action.op = trncclSum;
-  recv.action.local = local.data();
-  ASSERT_EQ(transfer(p, send, recv), "");
+  // More fragments than the staging window, and a ragged end.
+  EXPECT_EQ(reducingTransfer(p, (9 << 20) / 4 + 5, 5, 3), "");
   EXPECT_EQ(p.b->rendezvousReceives(), 1u);
-  for (size_t i = 0; i < count; ++i)
-    ASSERT_EQ(out[i], static_cast<int32_t>(i * 5 + 3 - i)) << "element " << i;
 }
 
 // Each side computes the pair's threshold from both published values: the larger one, or
