@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.hpp"
 #include "transports/efa/efa_transport.hpp"
 #include "transports/efa/fabric.hpp"
 
@@ -126,6 +127,18 @@ void progressAll(TransportSide& t, Op* ops, int n) {
   }
 }
 
+// Seconds taken by runs 0..count-1 of body(run), after the runs from `first` (< 0) up to 0 as
+// untimed warm-ups.
+template <typename Body>
+double timed(int first, int count, Body body) {
+  double start = 0;
+  for (int run = first; run < count; ++run) {
+    if (run == 0) start = now();
+    body();
+  }
+  return now() - start;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t mid = v.size() / 2;
@@ -209,8 +222,10 @@ int main(int argc, char** argv) {
   efa::EfaOptions options;
   options.provider = provider;
   options.rails = 1;
-  if (const char* rv = std::getenv("TRNCCL_EFA_RNDV_BYTES"))
-    options.rendezvousBytes = parseSize(rv);
+  auto rendezvous = env::getInt(env::kEfaRendezvousBytes);  // as the library reads it
+  if (!rendezvous.isOk() || rendezvous.value() < 0)
+    die(rendezvous.isOk() ? "TRNCCL_EFA_RNDV_BYTES is negative" : rendezvous.status().message());
+  options.rendezvousBytes = static_cast<size_t>(rendezvous.value());
   const int me = server ? 1 : 0;
   t.peer = 1 - me;
   auto opened = efa::EfaTransport::open(me, 2, options);
@@ -238,9 +253,7 @@ int main(int argc, char** argv) {
     const int warmup = 10;
     const int rounds = std::max(4, iters / window);
     auto rawPingPong = [&] {
-      double start = 0;
-      for (int it = -warmup; it < iters; ++it) {
-        if (it == 0) start = now();
+      return timed(-warmup, iters, [&] {
         if (server) {
           recv(s, buffer.data(), bytes, 1, &ctx[0]);
           waitFor(s, 1);
@@ -251,13 +264,10 @@ int main(int argc, char** argv) {
           send(s, buffer.data(), bytes, 1, &ctx[1]);
           waitFor(s, 2);
         }
-      }
-      return now() - start;
+      });
     };
     auto transportPingPong = [&] {
-      double start = 0;
-      for (int it = -warmup; it < iters; ++it) {
-        if (it == 0) start = now();
+      return timed(-warmup, iters, [&] {
         if (server) {
           Op r = recvOp(t.peer, buffer.data(), bytes);
           progressAll(t, &r, 1);
@@ -267,35 +277,26 @@ int main(int argc, char** argv) {
           Op ops[2] = {recvOp(t.peer, buffer.data(), bytes), sendOp(t.peer, buffer.data(), bytes)};
           progressAll(t, ops, 2);
         }
-      }
-      return now() - start;
+      });
     };
     // Exchange (what sendrecv_perf and every ring step do): both sides send and receive at once.
     auto rawExchange = [&] {
-      double start = 0;
-      for (int it = -warmup; it < iters; ++it) {
-        if (it == 0) start = now();
+      return timed(-warmup, iters, [&] {
         recv(s, buffer.data() + bytes, bytes, 5, &ctx[0]);
         send(s, buffer.data(), bytes, 5, &ctx[1]);
         waitFor(s, 2);
-      }
-      return now() - start;
+      });
     };
     auto transportExchange = [&] {
-      double start = 0;
-      for (int it = -warmup; it < iters; ++it) {
-        if (it == 0) start = now();
+      return timed(-warmup, iters, [&] {
         Op ops[2] = {recvOp(t.peer, buffer.data() + bytes, bytes),
                      sendOp(t.peer, buffer.data(), bytes)};
         progressAll(t, ops, 2);
-      }
-      return now() - start;
+      });
     };
     // Stream: window messages one way, then an acknowledgement.
     auto rawStream = [&] {
-      double start = 0;
-      for (int it = -2; it < rounds; ++it) {
-        if (it == 0) start = now();
+      return timed(-2, rounds, [&] {
         if (server) {
           for (int w = 0; w < window; ++w) recv(s, buffer.data() + w * bytes, bytes, 3, &ctx[w]);
           waitFor(s, window);
@@ -306,14 +307,11 @@ int main(int argc, char** argv) {
           for (int w = 0; w < window; ++w) send(s, buffer.data() + w * bytes, bytes, 3, &ctx[w]);
           waitFor(s, window + 1);
         }
-      }
-      return now() - start;
+      });
     };
     auto transportStream = [&] {
-      double start = 0;
       std::vector<Op> ops(window + 1);
-      for (int it = -2; it < rounds; ++it) {
-        if (it == 0) start = now();
+      return timed(-2, rounds, [&] {
         if (server) {
           for (int w = 0; w < window; ++w)
             ops[w] = recvOp(t.peer, buffer.data() + w * bytes, bytes);
@@ -326,8 +324,7 @@ int main(int argc, char** argv) {
             ops[w] = sendOp(t.peer, buffer.data() + w * bytes, bytes);
           progressAll(t, ops.data(), window + 1);
         }
-      }
-      return now() - start;
+      });
     };
     std::vector<double> rawLat, trLat, rawX, trX, rawBw, trBw;
     for (int r = 0; r < repeats; ++r) {
