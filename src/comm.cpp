@@ -145,6 +145,8 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   TRNCCL_RETURN_IF_ERROR(oneShot.status());
   auto llMax = bytesSetting(env::kLLMaxBytes, 0, shm::kLLMaxBytes);
   TRNCCL_RETURN_IF_ERROR(llMax.status());
+  auto streamCopy = bytesSetting(env::kStreamCopyBytes, 0, INT64_MAX);
+  TRNCCL_RETURN_IF_ERROR(streamCopy.status());
   auto parsedAlgo = parseAlgoOverrides(options.algorithm.empty() ? env::getString(env::kAlgo)
                                                                  : options.algorithm);
   // (Every rank must plan alike: the segment's creator checks TRNCCL_ALGO agrees, below.)
@@ -293,6 +295,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   ctx_.globalOfLocal = localRanks;
   ctx_.segment = &segment_;
   ctx_.windows = &windows_;
+  ctx_.streamCopyBytes = streamCopy.value();
   ctx_.transportOfPeer.resize(nranks);
   for (int r = 0; r < nranks; ++r)
     ctx_.transportOfPeer[r] = r == rank   ? static_cast<Transport*>(self_.get())

@@ -22,10 +22,14 @@ struct Param {
 
 // "direct" / "ring": TRNCCL_ALGO. "efa-tcp" / "efa-shm": every peer over libfabric with that
 // provider. "nodes": ranks alternate between two emulated nodes (efa between them, tcp).
+// TRNCCL_STREAM_COPY_BYTES is low under "direct" and "ring" (see below).
 void configureRank(const std::string& config, int rank) {
   setenv("FI_TCP_IFACE", "lo", 1);  // loopback only
   if (config == "direct" || config == "ring") {
     setenv("TRNCCL_ALGO", config.c_str(), 1);
+    // Most sweep sizes then take the streaming-store copies into user buffers, and the guard
+    // bytes check their unaligned heads and tails; "nodes" keeps the default (cached) copies.
+    setenv("TRNCCL_STREAM_COPY_BYTES", "4K", 1);
   } else if (config == "efa-tcp" || config == "efa-shm") {
     setenv("TRNCCL_TRANSPORT", "efa", 1);
     setenv("TRNCCL_FI_PROVIDER", config == "efa-tcp" ? "tcp;ofi_rxm" : "shm", 1);

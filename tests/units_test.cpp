@@ -5,10 +5,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <set>
 
 #include "bootstrap/bootstrap.hpp"
 #include "collectives/planner.hpp"
+#include "core/copy.hpp"
 #include "core/dtype.hpp"
 #include "core/env.hpp"
 #include "core/reduce.hpp"
@@ -44,6 +47,41 @@ TEST(Env, ParsesBytesSecondsAndRejectsJunk) {
     EXPECT_NE(table.find(var->name), std::string::npos);
     EXPECT_GT(std::strlen(var->doc), 10u) << var->name;
   }
+}
+
+// The registry's list is written by hand; a variable declared but left out of it would be
+// missing from `trnccl-info --env` (TRNCCL_TOPO_XML once was). Count the declarations.
+TEST(Env, EveryDeclaredVariableIsListed) {
+  std::ifstream header(TRNCCL_ENV_HEADER);
+  ASSERT_TRUE(header.good()) << TRNCCL_ENV_HEADER;
+  std::set<std::string> declared;
+  for (std::string line; std::getline(header, line);) {
+    const std::string prefix = "extern const Var ";
+    if (line.rfind(prefix, 0) == 0) declared.insert(line.substr(prefix.size()));
+  }
+  EXPECT_GE(declared.size(), 20u);
+  EXPECT_EQ(declared.size(), env::all().size());
+  std::set<std::string> listed;
+  for (const env::Var* var : env::all()) listed.insert(var->name);
+  EXPECT_EQ(listed.size(), env::all().size()) << "a variable is listed twice";
+}
+
+TEST(Copy, StreamingAndCachedCopiesMatchByteForByteAtEveryAlignment) {
+  std::mt19937 gen(11);
+  std::vector<unsigned char> src(70000 + 64), cached(src.size()), streamed(src.size());
+  for (auto& b : src) b = static_cast<unsigned char>(gen());
+  // Sizes around the streaming cut-over and the vector widths; offsets that misalign both ends.
+  for (size_t bytes : {0ul, 1ul, 31ul, 4095ul, 4096ul, 4097ul, 4096ul + 33, 65536ul, 70000ul})
+    for (size_t dstOff : {0ul, 1ul, 17ul, 32ul, 63ul})
+      for (size_t srcOff : {0ul, 5ul}) {
+        if (dstOff + bytes > cached.size() || srcOff + bytes > src.size()) continue;
+        std::fill(cached.begin(), cached.end(), 0xAB);
+        std::fill(streamed.begin(), streamed.end(), 0xAB);
+        std::memcpy(cached.data() + dstOff, src.data() + srcOff, bytes);  // the reference
+        copyBytes(streamed.data() + dstOff, src.data() + srcOff, bytes, CopyKind::kStreaming);
+        ASSERT_EQ(cached, streamed) << bytes << " bytes, dst+" << dstOff << ", src+" << srcOff;
+      }
+  EXPECT_STRNE(streamingCopyIsa(), "");
 }
 
 TEST(Conversions, HalfRoundTripsEveryValue) {

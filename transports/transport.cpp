@@ -10,7 +10,7 @@ namespace trnccl {
 void applyRecvAction(const TransferOp& op, size_t offset, const void* fragment, size_t bytes) {
   char* dst = static_cast<char*>(op.dst) + offset;
   if (op.action.kind == RecvAction::Kind::kCopy) {
-    std::memcpy(dst, fragment, bytes);
+    copyBytes(dst, fragment, bytes, op.action.copy);
     return;
   }
   const void* srcs[2] = {fragment, static_cast<const char*>(op.action.local) + offset};

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/copy.hpp"
 #include "core/status.hpp"
 #include "trnccl.h"
 
@@ -21,6 +22,8 @@ struct RecvAction {
   trncclRedOp_t op = trncclSum;
   const void* local = nullptr;
   int avgDivisor = 0;
+  // kCopy: how fragments are written into dst (streaming for large calls, core/copy.hpp).
+  CopyKind copy = CopyKind::kCached;
 };
 
 struct TransferOp {

@@ -1,5 +1,5 @@
 // All-gather over shared windows: each round stages a window of this rank's input, then every
-// rank copies every staged window into its output.
+// rank copies every staged window into its output (its own too, unless in place).
 #include "collectives/direct_rounds.hpp"
 
 namespace trnccl {
@@ -8,6 +8,8 @@ Status allGatherDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   const size_t esize = elementSize(a);
   const size_t perRound = c.windowBytes / esize;
   auto roundLen = [&](size_t k) { return std::min(perRound, a.count - k * perRound); };
+  // In place, this rank's block already sits where the output wants it.
+  const bool inPlace = a.sendbuff == byteAt(a.recvbuff, c.rank * a.count * esize);
   directRounds(
       b, a, ceilDiv(a.count, perRound), true,
       [&](int slot, size_t k) {
@@ -16,8 +18,9 @@ Status allGatherDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
       },
       [&](int slot, size_t k) {
         for (int q = 0; q < c.nranks; ++q)
-          b.copy(byteAt(a.recvbuff, (q * a.count + k * perRound) * esize), c.window(q, slot),
-                 roundLen(k) * esize);
+          if (q != c.rank || !inPlace)
+            b.copy(byteAt(a.recvbuff, (q * a.count + k * perRound) * esize), c.window(q, slot),
+                   roundLen(k) * esize);
       });
   return Status::ok();
 }

@@ -54,6 +54,13 @@ const Var kLLMaxBytes{"TRNCCL_LL_MAX_BYTES", Kind::kBytes, "64",
                       "All-reduce messages up to this size use small-message lines (data and "
                       "flag in one cache line, 56 bytes each; at most 896). Past two lines the "
                       "one-shot window was faster on the development machine. 0 disables."};
+const Var kStreamCopyBytes{
+    "TRNCCL_STREAM_COPY_BYTES", Kind::kBytes, "8M",
+    "A call that copies at least this many bytes into user buffers (all-gather, all-to-all, "
+    "broadcast and point-to-point receives over shared memory) writes them with streaming "
+    "(non-temporal) stores, which skip the read-for-ownership of lines about to be overwritten "
+    "and leave the caches to the shared windows. Set it near the last-level cache size: "
+    "smaller calls stay cached for the reader that follows. 0 = never."};
 const Var kShmDir{"TRNCCL_SHM_DIR", Kind::kString, "/dev/shm",
                   "Where shared-memory segments live; must be a tmpfs mount."};
 
@@ -79,14 +86,29 @@ const Var kTopoXml{"TRNCCL_TOPO_XML", Kind::kString, "",
                    "exported by lstopo --of xml); it decides which NICs are near a rank."};
 
 const std::vector<const Var*>& all() {
-  static const std::vector<const Var*> vars = {
-      &kDebug,           &kDebugSubsys,  &kDebugFile,
-      &kTimeout,         &kSpinCount,    &kHostId,
-      &kBootstrapAddr,   &kRank,         &kNranks,
-      &kUniqueId,        &kTransport,    &kAlgo,
-      &kShmChunkBytes,   &kShmRingSlots, &kShmRingSlotBytes,
-      &kOneShotMaxBytes, &kLLMaxBytes,   &kShmDir,
-      &kFiProvider,      &kEfaRails,     &kEfaRendezvousBytes};
+  static const std::vector<const Var*> vars = {&kDebug,
+                                               &kDebugSubsys,
+                                               &kDebugFile,
+                                               &kTimeout,
+                                               &kSpinCount,
+                                               &kHostId,
+                                               &kBootstrapAddr,
+                                               &kRank,
+                                               &kNranks,
+                                               &kUniqueId,
+                                               &kTransport,
+                                               &kAlgo,
+                                               &kShmChunkBytes,
+                                               &kShmRingSlots,
+                                               &kShmRingSlotBytes,
+                                               &kOneShotMaxBytes,
+                                               &kLLMaxBytes,
+                                               &kStreamCopyBytes,
+                                               &kShmDir,
+                                               &kFiProvider,
+                                               &kEfaRails,
+                                               &kEfaRendezvousBytes,
+                                               &kTopoXml};
   return vars;
 }
 

@@ -40,6 +40,7 @@ extern const Var kShmRingSlots;
 extern const Var kShmRingSlotBytes;
 extern const Var kOneShotMaxBytes;
 extern const Var kLLMaxBytes;
+extern const Var kStreamCopyBytes;
 extern const Var kShmDir;
 extern const Var kFiProvider;
 extern const Var kEfaRails;

@@ -21,6 +21,7 @@ Result<bool> Operation::progress(ExecContext& ctx) {
     int localSize = static_cast<int>(ctx.globalOfLocal.size());
     ScheduleBuilder builder(*schedule_, ctx.windows, localSize);
     TRNCCL_RETURN_IF_ERROR(plan(builder));
+    chooseCopyKind(ctx);
   }
   if (!schedule_) return true;  // finished earlier; its schedule went back to the pool
   spinHint_ = {};
@@ -51,9 +52,60 @@ Result<bool> Operation::progress(ExecContext& ctx) {
   return true;
 }
 
+// Counts what the plan copies into user memory (window-to-buffer copies and shared-memory
+// receives) and switches the whole call to streaming stores past the threshold, so that one
+// large call does not sweep the caches line by line with read-for-ownership traffic. Not when
+// the call also reads the memory it writes (in place): there the lines being overwritten were
+// just read and sit in the cache, and a streaming store would have to evict each one.
+void Operation::chooseCopyKind(const ExecContext& ctx) {
+  if (ctx.streamCopyBytes == 0) return;
+  Schedule& s = *schedule_;
+  auto inUser = [&](const void* p) { return !ctx.segment || !ctx.segment->contains(p); };
+  auto isUserCopy = [](const TransferOp& t) {
+    return t.dst && t.action.kind == RecvAction::Kind::kCopy;
+  };
+  // The hull of everything written; a read inside it counts as in place (a false positive
+  // only costs the streaming stores).
+  const char* lo = nullptr;
+  const char* hi = nullptr;
+  size_t userBytes = 0;
+  auto wrote = [&](const void* dst, size_t bytes) {
+    auto* p = static_cast<const char*>(dst);
+    if (!lo || p < lo) lo = p;
+    if (!hi || p + bytes > hi) hi = p + bytes;
+    userBytes += bytes;
+  };
+  for (const Step& step : s.steps)
+    if (step.kind == StepKind::kCopy && inUser(step.dst)) wrote(step.dst, step.bytes);
+  for (const TransferOp& t : s.transfers)
+    if (isUserCopy(t)) wrote(t.dst, t.bytes);
+  if (userBytes < ctx.streamCopyBytes) return;
+  auto readsOutput = [&](const void* src, size_t bytes) {
+    auto* p = static_cast<const char*>(src);
+    return bytes && inUser(src) && p < hi && p + bytes > lo;
+  };
+  const size_t esize = dtypeSize(s.dtype);
+  for (const Step& step : s.steps) {
+    if (step.kind == StepKind::kCopy && readsOutput(step.src, step.bytes)) return;
+    if (step.kind == StepKind::kReduce)
+      for (uint32_t i = 0; i < step.n; ++i)
+        if (readsOutput(s.pointers[step.first + i], step.bytes * esize)) return;
+  }
+  for (const TransferOp& t : s.transfers)
+    if (readsOutput(t.src, t.bytes) || (t.action.local && readsOutput(t.action.local, t.bytes)))
+      return;
+  s.userCopies = CopyKind::kStreaming;
+  for (TransferOp& t : s.transfers)
+    if (isUserCopy(t)) t.action.copy = CopyKind::kStreaming;
+}
+
 Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
   switch (step.kind) {
-    case StepKind::kCopy: std::memcpy(step.dst, step.src, step.bytes); return true;
+    case StepKind::kCopy:
+      copyBytes(step.dst, step.src, step.bytes,
+                ctx.segment && ctx.segment->contains(step.dst) ? CopyKind::kCached
+                                                               : schedule_->userCopies);
+      return true;
     case StepKind::kReduce: {
       ReduceArgs args{
           schedule_->dtype,         schedule_->op, step.dst,       &schedule_->pointers[step.first],

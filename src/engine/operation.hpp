@@ -23,6 +23,9 @@ struct ExecContext {
   std::vector<int> globalOfLocal;
   shm::Segment* segment = nullptr;
   WindowState* windows = nullptr;
+  // A call that copies at least this many bytes into user memory copies with streaming
+  // stores (TRNCCL_STREAM_COPY_BYTES; 0 = never).
+  size_t streamCopyBytes = 0;
   // Finished operations return their schedules here; the next ones reuse the memory.
   std::vector<std::unique_ptr<Schedule>> spareSchedules;
 };
@@ -73,6 +76,7 @@ class Operation {
   Result<bool> llReady(const ExecContext& ctx, const Step& step, size_t lines);
   Result<bool> runStep(const ExecContext& ctx, Step& step);
   Status checkDescriptors(const ExecContext& ctx);
+  void chooseCopyKind(const ExecContext& ctx);
 
   CollKind kind_;
   std::unique_ptr<Schedule> schedule_;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/copy.hpp"
 #include "core/reduce.hpp"
 #include "core/status.hpp"
 #include "transports/shm/segment.hpp"
@@ -76,6 +77,7 @@ struct Schedule {
     callbacks.clear();
     stepDone.clear();
     groups = 0;
+    userCopies = CopyKind::kCached;
   }
 
   std::vector<Step> steps;
@@ -88,6 +90,8 @@ struct Schedule {
   trncclDataType_t dtype = trncclUint8;
   trncclRedOp_t op = trncclSum;
   uint32_t groups = 0;
+  // How kCopy steps write into user memory; copies into the segment always stay cached.
+  CopyKind userCopies = CopyKind::kCached;
 };
 
 // Tracks window slots and counter values across the operations of one communicator, so that

@@ -111,6 +111,11 @@ class Segment {
   const SegmentParams& params() const { return header_->params; }
   SegmentHeader* header() const { return header_; }
   RankArea* rankArea(int localRank) const;
+  // Whether p points into the mapping (a window or ring) rather than into a user buffer.
+  bool contains(const void* p) const {
+    auto* c = static_cast<const char*>(p);
+    return c >= base_ && c < base_ + mappedBytes_;
+  }
   uint64_t* sendBytesTable(int localRank, uint64_t seq) const;
   char* window(int localRank, int slot) const;
   RingHeader* ring(int fromLocal, int toLocal) const;

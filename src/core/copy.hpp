@@ -1,0 +1,24 @@
+// Bulk copies for the engine and the transports. A copy into a user buffer that is larger than
+// the caches would be read for ownership, line by line, before it is overwritten: for a large
+// all-gather that is a third of the memory traffic. Streaming (non-temporal) stores skip that
+// read and leave the caches to the data peers are about to read. Copies into shared windows
+// and rings stay cached: a peer reads them next.
+#pragma once
+
+#include <cstddef>
+
+namespace trnccl {
+
+enum class CopyKind {
+  kCached,     // memcpy
+  kStreaming,  // non-temporal stores; the caller's later release store publishes the data
+};
+
+// dst and src must not overlap. kStreaming ends with a store fence, so a release store that
+// follows (a progress counter, a ring index) orders after the data.
+void copyBytes(void* dst, const void* src, size_t bytes, CopyKind kind);
+
+// Name of the streaming-store variant this CPU uses ("avx2", "sse2", or "memcpy").
+const char* streamingCopyIsa();
+
+}  // namespace trnccl
