@@ -74,7 +74,7 @@ const Var kEfaRails{"TRNCCL_EFA_RAILS", Kind::kInt, "0",
                     "endpoints per NIC (how loopback exercises striping)."};
 
 const Var kEfaRendezvousBytes{
-    "TRNCCL_EFA_RNDV_BYTES", Kind::kInt, "1048576",
+    "TRNCCL_EFA_RNDV_BYTES", Kind::kBytes, "1M",
     "Messages over efa of at least this many bytes go by rendezvous: the sender announces its "
     "registered buffer and the receiver pulls the data with RMA reads (fi_read) straight into "
     "place, when the provider offers FI_RMA. Smaller messages are sent eagerly (tagged sends). "
