@@ -205,6 +205,16 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
     efaOptions.rails = static_cast<int>(rails.value());
     efaOptions.rendezvousBytes = static_cast<size_t>(rendezvous.value());
     efaOptions.topologyXml = env::getString(env::kTopoXml);
+    const std::string mrCache = env::getString(env::kEfaMrCache);
+    if (mrCache == "auto" || mrCache.empty())
+      efaOptions.userMrCache = efa::EfaOptions::UserMrCache::kAuto;
+    else if (mrCache == "1" || mrCache == "on")
+      efaOptions.userMrCache = efa::EfaOptions::UserMrCache::kOn;
+    else if (mrCache == "0" || mrCache == "off")
+      efaOptions.userMrCache = efa::EfaOptions::UserMrCache::kOff;
+    else
+      return makeError(Code::kInvalidArgument, "TRNCCL_EFA_MR_CACHE='%s' is not auto, 1 or 0 (%s)",
+                       mrCache.c_str(), env::kEfaMrCache.doc);
     auto opened = efa::EfaTransport::open(rank, nranks, efaOptions);
     TRNCCL_RETURN_IF_ERROR(opened.status());
     efa_ = std::move(opened.value());

@@ -33,6 +33,8 @@ void configureRank(const std::string& config, int rank) {
   } else if (config == "efa-tcp" || config == "efa-shm") {
     setenv("TRNCCL_TRANSPORT", "efa", 1);
     setenv("TRNCCL_FI_PROVIDER", config == "efa-tcp" ? "tcp;ofi_rxm" : "shm", 1);
+    // Over tcp, register user buffers per message, as on providers that pin pages (EFA).
+    if (config == "efa-tcp") setenv("TRNCCL_EFA_MR_CACHE", "0", 1);
   } else if (config == "nodes") {
     setenv("TRNCCL_HOSTID", rank % 2 ? "node-b" : "node-a", 1);
     setenv("TRNCCL_FI_PROVIDER", "tcp;ofi_rxm", 1);

@@ -47,10 +47,12 @@ struct Pair {
 
 // rendezvousA/B: each side's TRNCCL_EFA_RNDV_BYTES (0 = eager only).
 Pair connectedPair(const std::string& provider, int rails, size_t rendezvousA = 0,
-                   size_t rendezvousB = 0) {
+                   size_t rendezvousB = 0,
+                   efa::EfaOptions::UserMrCache userMrCache = efa::EfaOptions::UserMrCache::kAuto) {
   setenv("FI_TCP_IFACE", "lo", 1);
   Pair p;
   efa::EfaOptions options;
+  options.userMrCache = userMrCache;
   options.provider = provider;
   options.rails = rails;
   options.rendezvousBytes = rendezvousA;
@@ -111,6 +113,48 @@ TEST(EfaTransport, StripesLargeMessagesOverRailsAndCachesRegistrations) {
   EXPECT_EQ(p.a->registrations(), 3u);
   EXPECT_EQ(p.a->registrationHits(), 3u);
   EXPECT_EQ(p.b->registrations(), 3u);
+}
+
+// Where registration pins pages (EFA), a cached registration could outlive a freed buffer, so
+// user buffers are registered per message there. Forced here over tcp, eager and rendezvous:
+// every message registers its buffer on each rail, nothing is served from the cache, and no
+// registration is left open once the messages complete (each closes with its message).
+TEST(EfaTransport, RegistersUserBuffersPerMessageWhenNotCaching) {
+  for (size_t rendezvous : {size_t{0}, size_t{64} << 10}) {
+    Pair p =
+        connectedPair("tcp;ofi_rxm", 2, rendezvous, rendezvous, efa::EfaOptions::UserMrCache::kOff);
+    ASSERT_TRUE(p.a && p.b);
+    EXPECT_FALSE(p.a->cachesUserRegistrations());
+    EXPECT_TRUE(contains(p.a->describe(), "registered per message")) << p.a->describe();
+    size_t before = 0;  // after the first round, which also registers the control slots
+    std::vector<int32_t> src(1 << 20), dst(src.size());
+    for (int round = 0; round < 3; ++round) {
+      std::iota(src.begin(), src.end(), round * 7);
+      std::fill(dst.begin(), dst.end(), -1);
+      TransferOp send, recv;
+      send.peer = 1;
+      send.src = src.data();
+      send.bytes = src.size() * sizeof(int32_t);
+      recv.peer = 0;
+      recv.dst = dst.data();
+      recv.bytes = send.bytes;
+      ASSERT_EQ(transfer(p, send, recv), "");
+      ASSERT_EQ(src, dst) << "round " << round << ", rendezvous " << rendezvous;
+      EXPECT_EQ(p.a->transientRegistrations(), 0u) << "round " << round;
+      EXPECT_EQ(p.b->transientRegistrations(), 0u) << "round " << round;
+      if (round == 0) before = p.a->registrations();
+    }
+    // 4 MiB over 2 rails: each later message registered its buffer once per rail again.
+    EXPECT_EQ(p.a->registrations() - before, 2u * 2);
+    EXPECT_EQ(p.a->registrationHits(), 0u);
+    if (rendezvous) {
+      EXPECT_EQ(p.b->rendezvousReceives(), 3u);
+    }
+  }
+  // The default caches where the provider does not pin (tcp: MR mode none).
+  Pair cached = connectedPair("tcp;ofi_rxm", 1);
+  ASSERT_TRUE(cached.a);
+  EXPECT_TRUE(cached.a->cachesUserRegistrations()) << cached.a->describe();
 }
 
 // Sends `count` int32 (i * a) from a to b, whose receive sums them into its own (b - i);

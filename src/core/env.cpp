@@ -81,6 +81,15 @@ const Var kEfaRendezvousBytes{
     "0 = never. Ranks that disagree use the larger value; a rank without FI_RMA turns it off "
     "for its pairs."};
 
+const Var kEfaMrCache{
+    "TRNCCL_EFA_MR_CACHE", Kind::kString, "auto",
+    "Whether the efa transport caches memory registrations of user buffers. 'auto' caches "
+    "them unless the provider pins registered pages (FI_MR_LOCAL or FI_MR_ALLOCATED, as EFA "
+    "does): trnccl cannot see a buffer being freed, and a cached registration of freed memory "
+    "would send the NIC to the old pages. There each message registers its buffer and "
+    "libfabric's own cache, which watches munmap, makes that cheap. '1' caches anyway (safe "
+    "only if buffers are never freed while the communicator lives), '0' never caches."};
+
 const Var kTopoXml{"TRNCCL_TOPO_XML", Kind::kString, "",
                    "An hwloc XML topology file to use instead of discovering this machine (as "
                    "exported by lstopo --of xml); it decides which NICs are near a rank."};
@@ -108,6 +117,7 @@ const std::vector<const Var*>& all() {
                                                &kFiProvider,
                                                &kEfaRails,
                                                &kEfaRendezvousBytes,
+                                               &kEfaMrCache,
                                                &kTopoXml};
   return vars;
 }

@@ -45,6 +45,7 @@ extern const Var kShmDir;
 extern const Var kFiProvider;
 extern const Var kEfaRails;
 extern const Var kEfaRendezvousBytes;
+extern const Var kEfaMrCache;
 extern const Var kTopoXml;
 
 const std::vector<const Var*>& all();

@@ -46,7 +46,7 @@ Result<Message*> EfaTransport::start(TransferOp& op, bool send) {
   if (op.bytes > 0 && !m->staged) {
     const void* buffer = send ? op.src : op.dst;
     for (int r = 0; r < railsUsed; ++r) {
-      auto entry = caches_[r]->acquire(buffer, op.bytes);
+      auto entry = caches_[r]->acquire(buffer, op.bytes, cacheUserBuffers_);
       if (!entry.isOk()) {
         for (int q = 0; q < r; ++q) caches_[q]->release(m->mr[q]);
         return entry.status();

@@ -52,6 +52,11 @@ Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
   const fi_info* info = t->rails_.front()->info;
   if (t->choice_.rma && info->domain_attr->mr_key_size <= 8)
     t->rendezvousBytes_ = options.rendezvousBytes;
+  // Registration pins pages where the provider demands local or allocated memory; a cached
+  // entry could then outlive its buffer (mr_cache.hpp).
+  const bool pins = info->domain_attr->mr_mode & (FI_MR_LOCAL | FI_MR_ALLOCATED);
+  t->cacheUserBuffers_ = options.userMrCache == EfaOptions::UserMrCache::kOn ||
+                         (options.userMrCache == EfaOptions::UserMrCache::kAuto && !pins);
   t->sendsInFlight_.assign(t->rails_.size(), 0);
   t->recvsInFlight_.assign(t->rails_.size(), 0);
   t->fragmentsPerRail_.assign(t->rails_.size(), 0);
@@ -154,10 +159,11 @@ std::string EfaTransport::describe() const {
   else if (choice_.rma)
     rma = "FI_RMA offered, rendezvous off (TRNCCL_EFA_RNDV_BYTES=0 or keys over 8 bytes)";
   return strformat(
-      "provider %s, fabric %s, %zu rail(s) on domain(s) %s (%s), MR mode %s, %s, inject "
-      "%zu B, %zu outstanding sends and %zu receives per rail, size check %s",
+      "provider %s, fabric %s, %zu rail(s) on domain(s) %s (%s), MR mode %s (user buffers: %s), "
+      "%s, inject %zu B, %zu outstanding sends and %zu receives per rail, size check %s",
       info->fabric_attr->prov_name, info->fabric_attr->name, rails_.size(), domains.c_str(),
-      choice_.railReason.c_str(), mrModeText(info->domain_attr->mr_mode).c_str(), rma.c_str(),
+      choice_.railReason.c_str(), mrModeText(info->domain_attr->mr_mode).c_str(),
+      cacheUserBuffers_ ? "registrations cached" : "registered per message", rma.c_str(),
       rails_.front()->injectBytes, rails_.front()->maxSends, rails_.front()->maxRecvs,
       rails_.front()->cqDataBytes >= 4 ? "in remote CQ data" : "by length only");
 }
@@ -186,6 +192,12 @@ void EfaTransport::drain(double seconds) {
 size_t EfaTransport::registrations() const {
   size_t n = 0;
   for (const auto& c : caches_) n += c->registrations();
+  return n;
+}
+
+size_t EfaTransport::transientRegistrations() const {
+  size_t n = 0;
+  for (const auto& c : caches_) n += c->transientInUse();
   return n;
 }
 

@@ -30,6 +30,9 @@ struct EfaOptions {
   int rails = 0;                     // TRNCCL_EFA_RAILS (0 = one per NIC the provider offers)
   size_t rendezvousBytes = 1 << 20;  // TRNCCL_EFA_RNDV_BYTES (0 = always eager)
   std::string topologyXml;           // TRNCCL_TOPO_XML ("" = discover this machine)
+  // TRNCCL_EFA_MR_CACHE: whether registrations of user buffers are cached (mr_cache.hpp).
+  enum class UserMrCache { kAuto, kOn, kOff };
+  UserMrCache userMrCache = UserMrCache::kAuto;
 };
 
 class EfaTransport : public Transport {
@@ -68,6 +71,10 @@ class EfaTransport : public Transport {
   std::string describe() const;
   size_t registrations() const;
   size_t registrationHits() const;
+  // Whether user buffers' registrations are cached, or made per message (see mr_cache.hpp).
+  bool cachesUserRegistrations() const { return cacheUserBuffers_; }
+  // Per-message registrations still open (0 once every message has completed).
+  size_t transientRegistrations() const;
   // Fragments posted on each rail so far (striping is visible in tests and logs).
   const std::vector<size_t>& fragmentsPerRail() const { return fragmentsPerRail_; }
   // Messages that went by rendezvous (RMA reads), counted on the receiving side.
@@ -103,6 +110,7 @@ class EfaTransport : public Transport {
   int myRank_;
   int nranks_;
   size_t rendezvousBytes_ = 0;  // this rank's threshold (0 when the provider lacks FI_RMA)
+  bool cacheUserBuffers_ = true;
   size_t rendezvousReceives_ = 0;
   ProviderChoice choice_;
   ControlSlots slots_;

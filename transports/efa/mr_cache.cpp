@@ -6,11 +6,11 @@
 
 namespace trnccl::efa {
 
-Result<MrCache::Entry*> MrCache::acquire(const void* addr, size_t bytes) {
+Result<MrCache::Entry*> MrCache::acquire(const void* addr, size_t bytes, bool cacheable) {
   const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   const uintptr_t end = start + std::max<size_t>(bytes, 1);
   auto it = entries_.upper_bound(start);
-  if (it != entries_.begin()) {
+  if (cacheable && it != entries_.begin()) {
     auto candidate = std::prev(it);
     Entry& found = *candidate->second;
     if (found.end >= end) {
@@ -43,15 +43,25 @@ Result<MrCache::Entry*> MrCache::acquire(const void* addr, size_t bytes) {
                        fiError("fi_mr_bind/enable", rc).c_str());
   }
   ++registrations_;
-  evictIdle();
   entry->lastUse = ++clock_;
   entry->inUse = 1;
   Entry* result = entry.get();
+  if (!cacheable) {
+    entry->transient = true;
+    transient_.emplace(result, std::move(entry));
+    return result;
+  }
+  evictIdle();
   auto& slot = entries_[base];
   // A smaller range starting at the same page may still be in flight: keep it alive.
   if (slot && slot->inUse > 0) retired_.push_back(std::move(slot));
   slot = std::move(entry);
   return result;
+}
+
+void MrCache::release(Entry* entry) {
+  if (!entry) return;
+  if (--entry->inUse == 0 && entry->transient) transient_.erase(entry);  // closes the MR
 }
 
 void MrCache::evictIdle() {

@@ -2,10 +2,15 @@
 // again (the common case: the same tensors every step) is registered once. Entries in use by
 // posted operations are never evicted; idle ones go least-recently-used first past the cap.
 //
-// Limit: a cached range is trusted to still be the same memory. With the tcp and shm
-// providers registration is bookkeeping, so that is harmless; on EFA, where registration pins
-// pages, a buffer freed and re-mapped at the same address needs libfabric's own MR cache
-// monitors (FI_MR_CACHE_MONITOR) or trncclCommDeregister-style invalidation (not built yet).
+// A cached range is trusted to still be the same memory, and nothing here can see a buffer
+// being freed. Where registration is bookkeeping (tcp, shm) a stale entry is harmless: the
+// provider reaches the memory by its address. Where it pins pages (providers that demand
+// FI_MR_LOCAL or FI_MR_ALLOCATED, as EFA does), an entry that outlived its buffer would point
+// the NIC at the old pages: a silently wrong result. So callers pass cacheable=false for
+// user buffers there, and each message registers and releases its own; libfabric's EFA
+// provider caches those registrations itself behind its memory monitors
+// (FI_MR_CACHE_MONITOR), which do see munmap. The transport's own buffers (staging, control
+// slots) live as long as it does and are always cached.
 #pragma once
 
 #include <cstddef>
@@ -26,21 +31,23 @@ class MrCache {
     Fid<fid_mr> mr;
     uint64_t lastUse = 0;
     int inUse = 0;
+    bool transient = false;  // not in the cache: closed when its last user releases it
   };
 
   MrCache(Rail& rail, size_t maxEntries) : rail_(rail), maxEntries_(maxEntries) {}
 
   // The registration covering [addr, addr + bytes), made if needed; marks it in use until
-  // release(). Registers whole pages so that neighbouring buffers share entries.
-  Result<Entry*> acquire(const void* addr, size_t bytes);
-  void release(Entry* entry) {
-    if (entry) --entry->inUse;
-  }
+  // release(). Registers whole pages so that neighbouring buffers share entries. With
+  // cacheable=false the cache is neither consulted nor filled: a new registration serves
+  // this use only.
+  Result<Entry*> acquire(const void* addr, size_t bytes, bool cacheable = true);
+  void release(Entry* entry);
   static void* descriptor(Entry* entry) { return entry ? fi_mr_desc(entry->mr.get()) : nullptr; }
 
   size_t registrations() const { return registrations_; }
   size_t hits() const { return hits_; }
   size_t size() const { return entries_.size(); }
+  size_t transientInUse() const { return transient_.size(); }
 
  private:
   void evictIdle();
@@ -48,7 +55,8 @@ class MrCache {
   Rail& rail_;
   size_t maxEntries_;
   std::map<uintptr_t, std::unique_ptr<Entry>> entries_;  // by start address
-  std::list<std::unique_ptr<Entry>> retired_;  // replaced while in flight; freed once idle
+  std::list<std::unique_ptr<Entry>> retired_;           // replaced while in flight; freed once idle
+  std::map<Entry*, std::unique_ptr<Entry>> transient_;  // uncached, in use
   uint64_t clock_ = 0;
   uint64_t nextKey_ = 1;
   size_t registrations_ = 0;
