@@ -357,6 +357,24 @@ TEST(Efa, InitWithAMissingProviderFailsOnEveryRankWithTheOfferedList) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+TEST(Efa, AnUnknownRegistrationCacheSettingFailsInitNamingTheKnob) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    setenv("FI_TCP_IFACE", "lo", 1);
+    setenv("TRNCCL_TRANSPORT", "efa", 1);
+    setenv("TRNCCL_EFA_MR_CACHE", "sometimes", 1);
+    trncclComm_t comm = nullptr;
+    trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+    std::string text = trncclGetLastError(nullptr);
+    Failures f;
+    if (rc != trncclInvalidArgument)
+      f.add("rank %d: init returned %s", rank, trncclGetErrorString(rc));
+    if (!contains(text, "TRNCCL_EFA_MR_CACHE='sometimes'") || !contains(text, "auto, 1 or 0"))
+      f.add("rank %d: '%s' does not name the knob and its values", rank, text.c_str());
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
 // Addresses of one provider are meaningless to another: init must say so, not hand a 16-byte
 // sockaddr to an address vector that reads a longer one.
 TEST(Efa, ProvidersThatDifferBetweenRanksAreNamedAtInit) {
