@@ -3,9 +3,11 @@
 // 1 write); compare at cache-resident sizes (64 KiB) and beyond the cache (64 MiB).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
+#include "core/copy.hpp"
 #include "core/dtype.hpp"
 #include "core/reduce.hpp"
 
@@ -31,6 +33,27 @@ void BM_Memcpy(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes * 2);
+}
+
+// A direct algorithm's copy-out: 256 KiB windows (hot in L2, as a peer just staged them)
+// copied one after another into a large user buffer, with plain stores (memcpy) or streaming
+// stores (core/copy.hpp, what calls past TRNCCL_STREAM_COPY_BYTES use).
+void windowCopyBench(benchmark::State& state, trnccl::CopyKind kind) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const size_t window = std::min<size_t>(bytes, 256 << 10);
+  AlignedBuffer src(window), dst(bytes);
+  for (auto _ : state) {
+    for (size_t at = 0; at < bytes; at += window)
+      trnccl::copyBytes(dst.data + at, src.data, std::min(window, bytes - at), kind);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes * 2);
+}
+void BM_WindowCopyCached(benchmark::State& state) {
+  windowCopyBench(state, trnccl::CopyKind::kCached);
+}
+void BM_WindowCopyStreaming(benchmark::State& state) {
+  windowCopyBench(state, trnccl::CopyKind::kStreaming);
 }
 
 void reduceBench(benchmark::State& state, trncclDataType_t dtype, trncclRedOp_t op) {
@@ -72,6 +95,8 @@ void BM_ReduceInt8Prod(benchmark::State& s) {
 }  // namespace
 
 BENCHMARK(BM_Memcpy)->Arg(8 << 10)->Arg(64 << 10)->Arg(64 << 20);
+BENCHMARK(BM_WindowCopyCached)->Arg(64 << 20);
+BENCHMARK(BM_WindowCopyStreaming)->Arg(64 << 20);
 BENCHMARK(BM_ReduceFloatSum)->Arg(8 << 10)->Arg(64 << 10)->Arg(64 << 20);
 BENCHMARK(BM_ReduceBf16Sum)->Arg(8 << 10)->Arg(64 << 10)->Arg(64 << 20);
 BENCHMARK(BM_ReduceFp16Sum)->Arg(8 << 10)->Arg(64 << 10)->Arg(64 << 20);
