@@ -194,6 +194,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       ScheduleBuilder builder(*schedule_, ctx.windows, localSize);
       // Appended steps get fresh group numbers after every existing step.
       TRNCCL_RETURN_IF_ERROR(schedule_->callbacks[step.first](builder));
+      chooseCopyKind(ctx);  // the appended steps count too (all-to-all-v plans its rounds here)
       return true;
     }
   }
