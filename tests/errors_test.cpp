@@ -175,7 +175,7 @@ TEST(Mismatch, SendRecvCountsDiffer) {
 }
 
 void collectiveMismatch(const char* algo, size_t count0, size_t count1,
-                        std::initializer_list<std::string> parts) {
+                        std::initializer_list<std::string> parts, bool allGather = false) {
   std::string algorithm = algo;
   std::vector<std::string> expected(parts);
   auto outcomes = runRanks(2, [&](int rank, int n, const trncclUniqueId& id) {
@@ -185,10 +185,13 @@ void collectiveMismatch(const char* algo, size_t count0, size_t count1,
     std::string error = initComm(&comm, n, id, rank);
     if (!error.empty()) return error;
     Failures f;
-    std::vector<float> data(std::max(count0, count1), 1.0f);
+    std::vector<float> data(std::max(count0, count1), 1.0f), gathered(2 * data.size());
     auto start = Clock::now();
-    trncclResult_t rc = trncclAllReduce(data.data(), data.data(), rank == 0 ? count0 : count1,
-                                        trncclFloat32, trncclSum, comm);
+    const size_t count = rank == 0 ? count0 : count1;
+    trncclResult_t rc =
+        allGather
+            ? trncclAllGather(data.data(), gathered.data(), count, trncclFloat32, comm)
+            : trncclAllReduce(data.data(), data.data(), count, trncclFloat32, trncclSum, comm);
     std::string text = trncclGetLastError(comm);
     if (rc != trncclInvalidUsage && rc != trncclRemoteError)
       f.add("rank %d: got %s, expected invalid usage or remote error: %s", rank,
@@ -216,6 +219,13 @@ TEST(Mismatch, CollectiveCountsDifferDirect) {
 TEST(Mismatch, SmallCallAgainstLargeCallDirect) {
   // Different protocols on the two ranks: caught by the blocked rank's health check.
   collectiveMismatch("direct", 2, 100000, {"count=2", "count=100000", "mismatched calls"});
+}
+
+TEST(Mismatch, AllGatherSmallCallAgainstSmallAndLargeCallsDirect) {
+  // Both in the small-message lines, then lines on one rank against windows on the other.
+  collectiveMismatch("direct", 3, 5, {"AllGather(count=3", "AllGather(count=5", "mismatched"},
+                     true);
+  collectiveMismatch("direct", 2, 100000, {"count=2", "count=100000", "mismatched calls"}, true);
 }
 
 TEST(Mismatch, CollectiveCountsDifferRing) {

@@ -1,11 +1,22 @@
 // All-gather over shared windows: each round stages a window of this rank's input, then every
-// rank copies every staged window into its output (its own too, unless in place).
+// rank copies every staged window into its output (its own too, unless in place). Blocks up to
+// TRNCCL_LL_MAX_BYTES go through the small-message lines instead (one line transfer per 56
+// bytes per peer, no counter synchronisation).
 #include "collectives/direct_rounds.hpp"
 
 namespace trnccl {
 
 Status allGatherDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
   const size_t esize = elementSize(a);
+  const size_t bytes = a.count * esize;
+  if (bytes > 0 && bytes <= c.llMaxBytes && c.nranks <= shm::kLLMaxRanks) {
+    // Tiny blocks: data and flag share cache lines, as in the all-reduce (segment.hpp, LLLine).
+    b.publishDescriptor(describe(a));
+    auto ll = b.nextLLSlot();
+    b.llWrite(ll, a.sendbuff, bytes);
+    b.llGather(ll, a.sendbuff, a.recvbuff, bytes);
+    return Status::ok();
+  }
   const size_t perRound = c.windowBytes / esize;
   auto roundLen = [&](size_t k) { return std::min(perRound, a.count - k * perRound); };
   // In place, this rank's block already sits where the output wants it.

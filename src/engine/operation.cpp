@@ -189,6 +189,25 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       return true;
     }
     case StepKind::kLLWait: return llReady(ctx, step, 1);
+    case StepKind::kLLGather: {
+      const size_t nlines =
+          std::max<size_t>(1, (step.bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
+      auto ready = llReady(ctx, step, nlines);
+      if (!ready.isOk() || !ready.value()) return ready;
+      const int localSize = static_cast<int>(ctx.globalOfLocal.size());
+      for (int q = 0; q < localSize; ++q) {
+        char* out = static_cast<char*>(step.dst) + q * step.bytes;
+        if (q == ctx.localRank) {
+          if (out != step.src) std::memcpy(out, step.src, step.bytes);
+          continue;
+        }
+        const shm::LLLine* lines = ctx.segment->rankArea(q)->ll[step.first];
+        for (size_t offset = 0; offset < step.bytes; offset += shm::kLLPayloadBytes)
+          std::memcpy(out + offset, lines[offset / shm::kLLPayloadBytes].payload,
+                      std::min(shm::kLLPayloadBytes, step.bytes - offset));
+      }
+      return true;
+    }
     case StepKind::kCallback: {
       int localSize = static_cast<int>(ctx.globalOfLocal.size());
       ScheduleBuilder builder(*schedule_, ctx.windows, localSize);

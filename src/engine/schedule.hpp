@@ -31,6 +31,7 @@ enum class StepKind : uint8_t {
   kLLWrite,            // src/bytes into my LL lines of slot `first`, tagged `value`
   kLLReduce,           // once every rank's lines carry `value`: reduce them into dst
   kLLWait,             // once every rank's first line carries `value` (a barrier)
+  kLLGather,           // once every rank's lines carry `value`: rank q's bytes to dst + q * bytes
 };
 
 // kWaitPeers with first == kAllPeers waits for local ranks 0..n-1 (no peer list needed).
@@ -224,6 +225,16 @@ class ScheduleBuilder {
     step.first = static_cast<uint32_t>(ll.slot);
     step.value = ll.tag;
     step.avgDivisor = avgDivisor;
+    add(step);
+  }
+  // All-gather of `bytes` per rank; like llReduce, this rank's block comes from `mine`.
+  void llGather(const LLSlot& ll, const void* mine, void* dst, size_t bytes) {
+    Step step = makeStep(StepKind::kLLGather);
+    step.src = mine;
+    step.dst = dst;
+    step.bytes = bytes;
+    step.first = static_cast<uint32_t>(ll.slot);
+    step.value = ll.tag;
     add(step);
   }
   void llWait(const LLSlot& ll) {
