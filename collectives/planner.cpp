@@ -123,6 +123,8 @@ std::string Planner::planTable() const {
                          view_.oneShotMaxBytes);
     if (kind == CollKind::kAllGather && algo.isOk() && algo.value() == Algorithm::kDirect)
       table += strformat("(lines<=%zuB per rank,windows above)", view_.llMaxBytes);
+    if (kind == CollKind::kReduceScatter && algo.isOk() && algo.value() == Algorithm::kDirect)
+      table += strformat("(lines<=%zuB input,windows above)", view_.llMaxBytes);
   }
   return table;
 }

@@ -50,11 +50,13 @@ const Var kShmRingSlotBytes{"TRNCCL_SHM_RING_SLOT_BYTES", Kind::kBytes, "64K",
 const Var kOneShotMaxBytes{"TRNCCL_ONESHOT_MAX_BYTES", Kind::kBytes, "16K",
                            "All-reduce messages up to this size use the one-shot direct "
                            "algorithm (every rank reduces every input) instead of two-shot."};
-const Var kLLMaxBytes{"TRNCCL_LL_MAX_BYTES", Kind::kBytes, "64",
-                      "All-reduce messages, and all-gather blocks per rank, up to this size use "
-                      "small-message lines (data and flag in one cache line, 56 bytes each; at "
-                      "most 896). Past two lines the windows were faster on the development "
-                      "machine. 0 disables."};
+const Var kLLMaxBytes{
+    "TRNCCL_LL_MAX_BYTES", Kind::kBytes, "64",
+    "All-reduce messages, all-gather blocks per rank and reduce-scatter inputs up "
+    "to this size use "
+    "small-message lines (data and flag in one cache line, 56 bytes each; at "
+    "most 896). Past two lines the windows were faster on the development "
+    "machine. 0 disables."};
 const Var kStreamCopyBytes{
     "TRNCCL_STREAM_COPY_BYTES", Kind::kBytes, "8M",
     "A call that copies at least this many bytes into user buffers (all-gather, all-to-all, "

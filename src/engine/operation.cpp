@@ -171,20 +171,26 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
     case StepKind::kLLReduce: {
       const size_t esize = dtypeSize(schedule_->dtype);
       const size_t bytes = step.bytes * esize;
+      const size_t from = step.n;  // byte offset of this rank's part in every rank's lines
       const size_t nlines =
-          std::max<size_t>(1, (bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
+          std::max<size_t>(1, (from + bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
       auto ready = llReady(ctx, step, nlines);
       if (!ready.isOk() || !ready.value()) return ready;
       const int localSize = static_cast<int>(ctx.globalOfLocal.size());
       const void* srcs[shm::kLLMaxRanks];
-      for (size_t l = 0; l * shm::kLLPayloadBytes < bytes; ++l) {
-        size_t offset = l * shm::kLLPayloadBytes;
+      // One reduction per line-sized run; 56 is a multiple of every element size, so no
+      // element straddles two lines.
+      for (size_t done = 0; done < bytes;) {
+        const size_t line = (from + done) / shm::kLLPayloadBytes;
+        const size_t within = (from + done) % shm::kLLPayloadBytes;
+        const size_t len = std::min(shm::kLLPayloadBytes - within, bytes - done);
         for (int q = 0; q < localSize; ++q)
-          srcs[q] = q == ctx.localRank ? static_cast<const char*>(step.src) + offset
-                                       : ctx.segment->rankArea(q)->ll[step.first][l].payload;
-        size_t len = std::min(shm::kLLPayloadBytes, bytes - offset);
-        reduce({schedule_->dtype, schedule_->op, static_cast<char*>(step.dst) + offset, srcs,
+          srcs[q] = q == ctx.localRank
+                        ? static_cast<const char*>(step.src) + done
+                        : ctx.segment->rankArea(q)->ll[step.first][line].payload + within;
+        reduce({schedule_->dtype, schedule_->op, static_cast<char*>(step.dst) + done, srcs,
                 localSize, len / esize, step.avgDivisor});
+        done += len;
       }
       return true;
     }

@@ -29,7 +29,7 @@ enum class StepKind : uint8_t {
   kCheckDescriptors,   // compare peers' descriptors with ours (after they posted)
   kCallback,           // runs callbacks[first], which may append steps (data-dependent plans)
   kLLWrite,            // src/bytes into my LL lines of slot `first`, tagged `value`
-  kLLReduce,           // once every rank's lines carry `value`: reduce them into dst
+  kLLReduce,           // once every rank's lines carry `value`: reduce them (from byte n) into dst
   kLLWait,             // once every rank's first line carries `value` (a barrier)
   kLLGather,           // once every rank's lines carry `value`: rank q's bytes to dst + q * bytes
 };
@@ -216,12 +216,15 @@ class ScheduleBuilder {
   }
   // mine is this rank's own contribution, read from its source rather than from its line:
   // on AMD parts a line the peer just read may have migrated to that peer's cache, and reading
-  // it back costs a transfer on the critical path.
-  void llReduce(const LLSlot& ll, const void* mine, void* dst, size_t count, int avgDivisor) {
+  // it back costs a transfer on the critical path. lineOffset: where, in bytes, the reduced
+  // part starts in every rank's lines (a reduce-scatter reduces only this rank's block).
+  void llReduce(const LLSlot& ll, const void* mine, void* dst, size_t count, int avgDivisor,
+                size_t lineOffset = 0) {
     Step step = makeStep(StepKind::kLLReduce);
     step.src = mine;
     step.dst = dst;
     step.bytes = count;
+    step.n = static_cast<uint32_t>(lineOffset);
     step.first = static_cast<uint32_t>(ll.slot);
     step.value = ll.tag;
     step.avgDivisor = avgDivisor;
