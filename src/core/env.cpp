@@ -52,11 +52,9 @@ const Var kOneShotMaxBytes{"TRNCCL_ONESHOT_MAX_BYTES", Kind::kBytes, "16K",
                            "algorithm (every rank reduces every input) instead of two-shot."};
 const Var kLLMaxBytes{
     "TRNCCL_LL_MAX_BYTES", Kind::kBytes, "64",
-    "All-reduce messages, all-gather blocks per rank and reduce-scatter inputs up "
-    "to this size use "
-    "small-message lines (data and flag in one cache line, 56 bytes each; at "
-    "most 896). Past two lines the windows were faster on the development "
-    "machine. 0 disables."};
+    "All-reduce messages, all-gather blocks per rank and reduce-scatter inputs up to this "
+    "size use small-message lines (data and flag in one cache line, 56 bytes each; at most "
+    "896). Past two lines the windows were faster on the development machine. 0 disables."};
 const Var kStreamCopyBytes{
     "TRNCCL_STREAM_COPY_BYTES", Kind::kBytes, "8M",
     "A call that copies at least this many bytes into user buffers (all-gather, all-to-all, "
