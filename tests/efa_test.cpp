@@ -70,6 +70,22 @@ Pair connectedPair(const std::string& provider, int rails, size_t rendezvousA = 
   return p;
 }
 
+// One message from rank 0 (transport a) to rank 1 (transport b): a send of sendBytes from src
+// and a receive of recvBytes into dst.
+struct Message {
+  TransferOp send, recv;
+};
+Message aToB(const void* src, size_t sendBytes, void* dst, size_t recvBytes) {
+  Message m;
+  m.send.peer = 1;
+  m.send.src = src;
+  m.send.bytes = sendBytes;
+  m.recv.peer = 0;
+  m.recv.dst = dst;
+  m.recv.bytes = recvBytes;
+  return m;
+}
+
 // Progresses one send and one receive until both complete (or 20 s pass).
 std::string transfer(Pair& p, TransferOp& send, TransferOp& recv) {
   auto start = Clock::now();
@@ -97,13 +113,8 @@ TEST(EfaTransport, StripesLargeMessagesOverRailsAndCachesRegistrations) {
   std::vector<float> src(3 << 20), dst(src.size(), -1.0f);  // 12 MiB: 24 fragments
   std::iota(src.begin(), src.end(), 0.0f);
   for (int round = 0; round < 2; ++round) {
-    TransferOp send, recv;
-    send.peer = 1;
-    send.src = src.data();
-    send.bytes = src.size() * sizeof(float);
-    recv.peer = 0;
-    recv.dst = dst.data();
-    recv.bytes = send.bytes;
+    auto [send, recv] =
+        aToB(src.data(), src.size() * sizeof(float), dst.data(), dst.size() * sizeof(float));
     ASSERT_EQ(transfer(p, send, recv), "");
     ASSERT_EQ(std::memcmp(src.data(), dst.data(), send.bytes), 0) << "round " << round;
   }
@@ -131,13 +142,8 @@ TEST(EfaTransport, RegistersUserBuffersPerMessageWhenNotCaching) {
     for (int round = 0; round < 3; ++round) {
       std::iota(src.begin(), src.end(), round * 7);
       std::fill(dst.begin(), dst.end(), -1);
-      TransferOp send, recv;
-      send.peer = 1;
-      send.src = src.data();
-      send.bytes = src.size() * sizeof(int32_t);
-      recv.peer = 0;
-      recv.dst = dst.data();
-      recv.bytes = send.bytes;
+      auto [send, recv] =
+          aToB(src.data(), src.size() * sizeof(int32_t), dst.data(), dst.size() * sizeof(int32_t));
       ASSERT_EQ(transfer(p, send, recv), "");
       ASSERT_EQ(src, dst) << "round " << round << ", rendezvous " << rendezvous;
       EXPECT_EQ(p.a->transientRegistrations(), 0u) << "round " << round;
@@ -165,13 +171,7 @@ std::string reducingTransfer(Pair& p, size_t count, int32_t a, int32_t b) {
     incoming[i] = static_cast<int32_t>(i * a);
     local[i] = static_cast<int32_t>(b - i);
   }
-  TransferOp send, recv;
-  send.peer = 1;
-  send.src = incoming.data();
-  send.bytes = count * 4;
-  recv.peer = 0;
-  recv.dst = out.data();
-  recv.bytes = send.bytes;
+  auto [send, recv] = aToB(incoming.data(), count * 4, out.data(), count * 4);
   recv.action.kind = RecvAction::Kind::kReduce;
   recv.action.dtype = trncclInt32;
   recv.action.op = trncclSum;
@@ -194,13 +194,7 @@ TEST(EfaTransport, ReducingReceiveFoldsEveryFragmentIn) {
 std::string sendBytes(Pair& p, size_t bytes, size_t receiverBytes = 0) {
   std::vector<unsigned char> src(bytes), dst(receiverBytes ? receiverBytes : bytes, 0);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
-  TransferOp send, recv;
-  send.peer = 1;
-  send.src = src.data();
-  send.bytes = src.size();
-  recv.peer = 0;
-  recv.dst = dst.data();
-  recv.bytes = dst.size();
+  auto [send, recv] = aToB(src.data(), src.size(), dst.data(), dst.size());
   std::string error = transfer(p, send, recv);
   if (error.empty() && std::memcmp(src.data(), dst.data(), bytes) != 0) return "data differs";
   return error;
@@ -216,13 +210,8 @@ TEST(EfaTransport, RendezvousReadsLargeMessagesStripedOverRails) {
     std::vector<float> src(3 << 20), dst(src.size(), -1.0f);  // 12 MiB: 24 fragments
     std::iota(src.begin(), src.end(), 0.0f);
     for (int round = 0; round < 2; ++round) {
-      TransferOp send, recv;
-      send.peer = 1;
-      send.src = src.data();
-      send.bytes = src.size() * sizeof(float);
-      recv.peer = 0;
-      recv.dst = dst.data();
-      recv.bytes = send.bytes;
+      auto [send, recv] =
+          aToB(src.data(), src.size() * sizeof(float), dst.data(), dst.size() * sizeof(float));
       ASSERT_EQ(transfer(p, send, recv), "");
       ASSERT_EQ(std::memcmp(src.data(), dst.data(), send.bytes), 0) << "round " << round;
       std::fill(dst.begin(), dst.end(), -1.0f);
@@ -291,13 +280,7 @@ TEST(EfaTransport, ShorterMessageThanExpectedIsAMismatchNotAHang) {
   Pair p = connectedPair("tcp;ofi_rxm", 1);
   ASSERT_TRUE(p.a && p.b);
   std::vector<char> src(1000, 1), dst(4000, 0);
-  TransferOp send, recv;
-  send.peer = 1;
-  send.src = src.data();
-  send.bytes = src.size();
-  recv.peer = 0;
-  recv.dst = dst.data();
-  recv.bytes = dst.size();
+  auto [send, recv] = aToB(src.data(), src.size(), dst.data(), dst.size());
   std::string error = transfer(p, send, recv);
   EXPECT_TRUE(contains(error,
                        "rank 0 sent a message of a different size than the 4000 bytes "
@@ -311,13 +294,7 @@ TEST(EfaTransport, LongerMessageInWholeFragmentsIsAMismatch) {
   Pair p = connectedPair("tcp;ofi_rxm", 1);
   ASSERT_TRUE(p.a && p.b);
   std::vector<char> src(1 << 20, 1), dst(512 << 10, 0);
-  TransferOp send, recv;
-  send.peer = 1;
-  send.src = src.data();
-  send.bytes = src.size();
-  recv.peer = 0;
-  recv.dst = dst.data();
-  recv.bytes = dst.size();
+  auto [send, recv] = aToB(src.data(), src.size(), dst.data(), dst.size());
   auto start = Clock::now();
   std::string error;
   while (error.empty() && since(start) < 20) {
