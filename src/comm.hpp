@@ -51,6 +51,8 @@ class Communicator {
   bool test(const std::shared_ptr<Operation>& op);
   // test() that also returns what the operation at the head of the queue is spinning on.
   bool test(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint);
+  // Progress passes a waiter spins before it yields the core (see wait).
+  int spinPasses() const { return spinCount_; }
   // Waits for every queued operation (used by destroy).
   Status flush();
   // Tells local peers this rank left on purpose (after flush, before destroy).

@@ -121,6 +121,40 @@ TEST(Groups, LargeSendRecvRingsDoNotDeadlock) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+TEST(Groups, CallsOnTwoCommunicatorsThatWaitForEachOtherComplete) {
+  // Rank 0 sends on A and receives on B; rank 1 sends on B and receives on A, each 8 MiB, far
+  // beyond the rings' buffering. A group that waited for its communicators one after the other
+  // would deadlock: each rank's first send needs the other rank's second call to drain it.
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    trncclComm_t world;
+    std::string error = initComm(&world, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    trncclComm_t a = nullptr, b = nullptr;
+    if (trncclCommSplit(world, 0, rank, &a, nullptr) != trncclSuccess ||
+        trncclCommSplit(world, 0, rank, &b, nullptr) != trncclSuccess)
+      return std::string("split failed");
+    const size_t count = 2 << 20;
+    std::vector<float> out(count), in(count, -1.0f);
+    for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(rank * 1000003 + i % 4093);
+    const int peer = 1 - rank;
+    trncclGroupStart();
+    trncclSend(out.data(), count, trncclFloat32, peer, rank == 0 ? a : b);
+    trncclRecv(in.data(), count, trncclFloat32, peer, rank == 0 ? b : a);
+    if (trncclGroupEnd() != trncclSuccess) f.add("group failed: %s", trncclGetLastError(world));
+    for (size_t i = 0; i < count; ++i)
+      if (in[i] != static_cast<float>(peer * 1000003 + i % 4093)) {
+        f.add("element %zu is %f", i, in[i]);
+        break;
+      }
+    trncclCommDestroy(a);
+    trncclCommDestroy(b);
+    trncclCommDestroy(world);
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
 TEST(Split, ColorsKeysAndNoColor) {
   auto outcomes = runRanks(5, [](int rank, int n, const trncclUniqueId& id) {
     trncclComm_t comm;

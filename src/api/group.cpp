@@ -5,6 +5,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,40 @@ struct GroupState {
 };
 
 thread_local GroupState group;
+
+struct Launched {
+  trncclComm_t comm;
+  std::shared_ptr<trnccl::Operation> op;
+};
+
+// Waits the way a blocking call does. One communicator (the usual group, such as a ring
+// exchange's send and receive) waits for its last operation, which runs after the others,
+// through Communicator::wait: its spin budget (TRNCCL_SPIN_COUNT, cut short when ranks
+// outnumber cores) and the word it watches. A fixed budget here had a group spin 1000 passes
+// while the peer it waited for had no core. Several communicators are progressed together,
+// so that operations on different communicators that depend on each other cannot deadlock,
+// within the smallest of their spin budgets.
+void waitForAll(const std::vector<Launched>& launched) {
+  if (launched.empty()) return;
+  bool oneComm = true;
+  int spinPasses = launched.front().comm->impl->spinPasses();
+  for (const auto& l : launched) {
+    oneComm = oneComm && l.comm == launched.front().comm;
+    spinPasses = std::min(spinPasses, l.comm->impl->spinPasses());
+  }
+  if (oneComm) {
+    // Its result is each operation's own, reported by the caller.
+    (void)launched.back().comm->impl->wait(launched.back().op, -1);
+    return;
+  }
+  int polls = 0;
+  for (bool pending = true; pending;) {
+    pending = false;
+    for (const auto& l : launched)
+      if (!l.comm->impl->test(l.op)) pending = true;
+    if (pending && ++polls > spinPasses) sched_yield();
+  }
+}
 
 }  // namespace
 
@@ -55,11 +90,7 @@ extern "C" trncclResult_t trncclGroupEnd(void) {
   std::vector<trnccl::api::PendingCall> calls;
   calls.swap(group.calls);
 
-  struct Launched {
-    trncclComm_t comm;
-    std::shared_ptr<trnccl::Operation> op;
-  };
-  std::vector<Launched> launched;
+  std::vector<trnccl::api::Launched> launched;
   // Like every call, a group counts as in progress on each of its communicators, so that
   // trncclCommAbort from another thread waits for it to return.
   std::vector<std::unique_ptr<trnccl::api::CallGuard>> guards;
@@ -95,16 +126,7 @@ extern "C" trncclResult_t trncclGroupEnd(void) {
       ++i;
     } while (i < calls.size() && calls[i].comm == nullptr);
   }
-  // Progress every communicator of the group together, so that operations on different
-  // communicators that depend on each other cannot deadlock.
-  bool pending = true;
-  int polls = 0;
-  while (pending) {
-    pending = false;
-    for (auto& l : launched)
-      if (!l.comm->impl->test(l.op)) pending = true;
-    if (pending && ++polls > 1000) sched_yield();
-  }
+  trnccl::api::waitForAll(launched);
   for (auto& l : launched) {
     trncclResult_t r = report(l.comm, l.op->result);
     if (result == trncclSuccess) result = r;
