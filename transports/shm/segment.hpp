@@ -82,8 +82,12 @@ struct alignas(64) RankArea {
   // followed by uint64_t sendBytes[kDescriptorSlots][localSize], then the windows
 };
 
+// A point-to-point ring from one local rank to another. The consumer learns of a fragment from
+// the slot itself (SlotHeader::sequence), not from `head`, and the producer reads `tail` only
+// when its cached copy says the ring is full: a small message then moves the slot's lines and
+// nothing else between the two cores.
 struct alignas(64) RingHeader {
-  alignas(64) std::atomic<uint64_t> head;  // fragments published by the producer
+  alignas(64) std::atomic<uint64_t> head;  // fragments published (the producer's own count)
   alignas(64) std::atomic<uint64_t> tail;  // fragments consumed by the consumer
 };
 
@@ -91,7 +95,9 @@ struct SlotHeader {
   uint64_t fragmentBytes;
   uint64_t messageBytes;
   uint64_t offset;
-  uint64_t reserved;
+  // The fragment's ring index + 1, stored last (release): the slot holds that fragment once
+  // it reads so. Zeroed memory and older laps of the ring never match.
+  uint64_t sequence;
 };
 
 class Segment {

@@ -1,6 +1,7 @@
 #include "transports/shm/shm_transport.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 namespace trnccl::shm {
@@ -10,7 +11,8 @@ ShmTransport::ShmTransport(Segment& segment, int myRank, std::vector<int> localO
       myRank_(myRank),
       localOfRank_(std::move(localOfRank)),
       activeSend_(localOfRank_.size(), nullptr),
-      activeRecv_(localOfRank_.size(), nullptr) {
+      activeRecv_(localOfRank_.size(), nullptr),
+      knownTail_(localOfRank_.size(), 0) {
   myLocal_ = localOfRank_[myRank];
 }
 
@@ -22,16 +24,22 @@ Result<bool> ShmTransport::progressSend(TransferOp& op) {
   RingHeader* ring = segment_.ring(myLocal_, peerLocal);
   while (!op.started || op.done < op.bytes) {
     uint64_t head = ring->head.load(std::memory_order_relaxed);
-    if (head - ring->tail.load(std::memory_order_acquire) >= p.ringSlots) return false;
+    if (head - knownTail_[op.peer] >= p.ringSlots) {
+      knownTail_[op.peer] = ring->tail.load(std::memory_order_acquire);
+      if (head - knownTail_[op.peer] >= p.ringSlots) return false;
+    }
     char* slot = segment_.ringSlot(myLocal_, peerLocal, head);
     size_t fragment = std::min<size_t>(p.ringSlotBytes, op.bytes - op.done);
-    SlotHeader header{fragment, op.bytes, op.done, 0};
-    std::memcpy(slot, &header, sizeof(header));
+    auto* header = reinterpret_cast<SlotHeader*>(slot);
+    header->fragmentBytes = fragment;
+    header->messageBytes = op.bytes;
+    header->offset = op.done;
     if (fragment) {
       std::memcpy(slot + Segment::kSlotHeaderBytes, static_cast<const char*>(op.src) + op.done,
                   fragment);
     }
-    ring->head.store(head + 1, std::memory_order_release);
+    std::atomic_ref<uint64_t>(header->sequence).store(head + 1, std::memory_order_release);
+    ring->head.store(head + 1, std::memory_order_relaxed);
     op.done += fragment;
     op.started = true;
   }
@@ -46,8 +54,10 @@ Result<bool> ShmTransport::progressRecv(TransferOp& op) {
   RingHeader* ring = segment_.ring(peerLocal, myLocal_);
   while (!op.started || op.done < op.bytes) {
     uint64_t tail = ring->tail.load(std::memory_order_relaxed);
-    if (ring->head.load(std::memory_order_acquire) == tail) return false;
-    const char* slot = segment_.ringSlot(peerLocal, myLocal_, tail);
+    char* slot = segment_.ringSlot(peerLocal, myLocal_, tail);
+    auto* published = reinterpret_cast<SlotHeader*>(slot);
+    if (std::atomic_ref<uint64_t>(published->sequence).load(std::memory_order_acquire) != tail + 1)
+      return false;
     SlotHeader header;
     std::memcpy(&header, slot, sizeof(header));
     if (header.messageBytes != op.bytes) {

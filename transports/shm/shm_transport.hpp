@@ -24,6 +24,8 @@ class ShmTransport final : public Transport {
   // Messages to/from one peer go strictly in order: the op that started first owns the ring.
   std::vector<const TransferOp*> activeSend_;
   std::vector<const TransferOp*> activeRecv_;
+  // Per peer: the consumer's tail as last read; reread only when the ring looks full.
+  std::vector<uint64_t> knownTail_;
 };
 
 }  // namespace trnccl::shm
