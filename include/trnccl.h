@@ -127,6 +127,18 @@ trncclResult_t trncclCommGetAsyncError(trncclComm_t comm, trncclResult_t* asyncE
 trncclResult_t trncclCommCount(const trncclComm_t comm, int* count);
 trncclResult_t trncclCommUserRank(const trncclComm_t comm, int* rank);
 
+/* ---- buffer registration ---- */
+/* Promises that [buff, buff + size) stays valid until trncclCommDeregister, so network
+ * transports may keep it registered with the NIC: on EFA (which pins pages) user buffers are
+ * otherwise registered per message (TRNCCL_EFA_MR_CACHE). Calls whose buffers lie inside a
+ * registered range use its registration. Optional, like ncclCommRegister: calls on buffers that
+ * were never registered work too. *handle is this communicator's; several may overlap. */
+trncclResult_t trncclCommRegister(const trncclComm_t comm, void* buff, size_t size,
+                                  void** handle);
+/* Releases a registration. trncclInvalidUsage while a call that uses the buffer is still in
+ * flight (wait for it first); trncclInvalidArgument for a handle comm did not give out. */
+trncclResult_t trncclCommDeregister(const trncclComm_t comm, void* handle);
+
 /* ---- requests (non-blocking forms) ---- */
 /* *done = 1 when complete; the request is then freed and *request set to NULL. Returns the
  * operation's result once complete. */

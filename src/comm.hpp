@@ -67,6 +67,21 @@ class Communicator {
   void setLastError(const std::string& text);
   std::string lastError();
 
+  // trncclCommRegister / trncclCommDeregister: the user promises [addr, addr + bytes) stays
+  // valid until deregistered, so network transports may keep it registered (efa: on every
+  // rail, used whatever TRNCCL_EFA_MR_CACHE says). Shared memory needs no registration; the
+  // handle is still tracked, so that a wrong or repeated deregistration is an error.
+  struct Registration {
+    const void* addr = nullptr;
+    size_t bytes = 0;
+    efa::UserRegistration efa;
+  };
+  Result<Registration*> registerBuffer(const void* addr, size_t bytes);
+  // Fails (kInvalidUsage) while a posted network operation still uses the buffer, and
+  // (kInvalidArgument) for a handle this communicator did not give out.
+  Status deregisterBuffer(Registration* registration);
+  size_t registeredBuffers();
+
  private:
   Communicator() = default;
   Status init(int nranks, const trncclUniqueId& id, int rank, const CommOptions& options);
@@ -95,6 +110,7 @@ class Communicator {
 
   std::mutex mutex_;
   std::deque<std::shared_ptr<Operation>> queue_;
+  std::vector<std::unique_ptr<Registration>> registrations_;
   Status failure_;  // sticky: once set, the communicator only reports it
   int64_t lastLivenessCheckNs_ = 0;
   // When this rank first saw the peer it waits for over efa gone from the node segment (0 =

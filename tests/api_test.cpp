@@ -192,6 +192,40 @@ TEST(Split, ColorsKeysAndNoColor) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+// Shared memory needs no registration, but the handles are still this communicator's: one
+// given out by another communicator, or released already, is refused.
+TEST(Registration, HandlesBelongToTheCommunicatorThatGaveThemOut) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    trncclComm_t world;
+    std::string error = initComm(&world, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    trncclComm_t other = nullptr;
+    trncclCommSplit(world, 0, rank, &other, nullptr);
+    std::vector<int32_t> data(4096, rank + 1), sum(4096);
+    void* handle = nullptr;
+    if (trncclCommRegister(world, data.data(), data.size() * 4, &handle) != trncclSuccess ||
+        !handle)
+      f.add("register failed: %s", trncclGetLastError(world));
+    if (trncclAllReduce(data.data(), sum.data(), data.size(), trncclInt32, trncclSum, world) !=
+            trncclSuccess ||
+        sum[4095] != n * (n + 1) / 2)
+      f.add("all-reduce on a registered buffer gave %d", sum[4095]);
+    if (trncclCommDeregister(other, handle) != trncclInvalidArgument)
+      f.add("another communicator released this one's handle");
+    if (trncclCommDeregister(world, handle) != trncclSuccess)
+      f.add("deregister failed: %s", trncclGetLastError(world));
+    if (trncclCommDeregister(world, handle) != trncclInvalidArgument)
+      f.add("a handle was released twice");
+    if (trncclCommDeregister(world, nullptr) != trncclInvalidArgument)
+      f.add("a NULL handle was accepted");
+    trncclCommDestroy(other);
+    trncclCommDestroy(world);
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
 TEST(Threads, SeveralCommunicatorsFromSeveralThreads) {
   // Each process runs three communicators at once, one per thread: the parent and two splits.
   auto outcomes = runRanks(3, [](int rank, int n, const trncclUniqueId& id) {

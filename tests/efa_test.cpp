@@ -20,6 +20,7 @@ namespace trnccl {
 namespace {
 
 using testing::Failures;
+using testing::initComm;
 using testing::runRanks;
 using Clock = std::chrono::steady_clock;
 
@@ -161,6 +162,66 @@ TEST(EfaTransport, RegistersUserBuffersPerMessageWhenNotCaching) {
   Pair cached = connectedPair("tcp;ofi_rxm", 1);
   ASSERT_TRUE(cached.a);
   EXPECT_TRUE(cached.a->cachesUserRegistrations()) << cached.a->describe();
+}
+
+// trncclCommRegister's transport half: with per-message registration forced (as on EFA), a
+// buffer the user registered is served by that registration, eager and rendezvous, so later
+// messages register nothing. It cannot be deregistered while a message uses it; afterwards
+// messages register per message again.
+TEST(EfaTransport, UserRegisteredBuffersAreUsedWhateverTheCachePolicy) {
+  for (size_t rendezvous : {size_t{0}, size_t{64} << 10}) {
+    Pair p =
+        connectedPair("tcp;ofi_rxm", 2, rendezvous, rendezvous, efa::EfaOptions::UserMrCache::kOff);
+    ASSERT_TRUE(p.a && p.b);
+    std::vector<int32_t> src(1 << 20), dst(src.size());
+    const size_t bytes = src.size() * sizeof(int32_t);
+    // Registered a little wider than the messages, as a framework registers a whole pool.
+    auto mine = p.a->registerUserBuffer(src.data(), bytes);
+    auto theirs = p.b->registerUserBuffer(dst.data(), bytes);
+    ASSERT_TRUE(mine.isOk() && theirs.isOk());
+    EXPECT_EQ(mine.value().perRail.size(), 2u);
+    EXPECT_EQ(p.a->userRegistrations(), 1u);
+    size_t before = 0, hitsBefore = 0;
+    for (int round = 0; round < 3; ++round) {
+      std::iota(src.begin(), src.end(), round * 5);
+      std::fill(dst.begin(), dst.end(), -1);
+      // Inside the registered range, not at its start.
+      auto [send, recv] = aToB(src.data() + 1024, bytes - 8192, dst.data() + 1024, bytes - 8192);
+      ASSERT_EQ(transfer(p, send, recv), "");
+      ASSERT_TRUE(std::equal(src.begin() + 1024, src.end() - 1024, dst.begin() + 1024))
+          << "round " << round << ", rendezvous " << rendezvous;
+      EXPECT_EQ(dst[0], -1);
+      if (round == 0) {
+        before = p.a->registrations() + p.b->registrations();
+        hitsBefore = p.a->registrationHits();
+      }
+    }
+    EXPECT_EQ(p.a->registrations() + p.b->registrations(), before)
+        << "later messages registered their buffers although the user had";
+    EXPECT_EQ(p.a->registrationHits() - hitsBefore, 2u * 2) << "2 messages x 2 rails";
+    EXPECT_EQ(p.a->transientRegistrations(), 0u);
+
+    // In flight: the send is posted; 4 MiB cannot complete before the receiver has run.
+    auto [send, recv] = aToB(src.data(), bytes, dst.data(), bytes);
+    auto posted = p.a->progressSend(send);
+    ASSERT_TRUE(posted.isOk());
+    ASSERT_FALSE(posted.value());
+    Status busy = p.a->deregisterUserBuffer(mine.value());
+    EXPECT_EQ(busy.code(), Code::kInvalidUsage) << busy.message();
+    EXPECT_TRUE(contains(busy.message(), "still in use")) << busy.message();
+    EXPECT_EQ(p.a->userRegistrations(), 1u) << "a refused deregistration left a rail closed";
+    ASSERT_EQ(transfer(p, send, recv), "");
+    EXPECT_TRUE(p.a->deregisterUserBuffer(mine.value()).isOk());
+    EXPECT_TRUE(p.b->deregisterUserBuffer(theirs.value()).isOk());
+    EXPECT_EQ(p.a->userRegistrations(), 0u);
+    Status again = p.a->deregisterUserBuffer(mine.value());
+    EXPECT_EQ(again.code(), Code::kInvalidArgument) << again.message();
+
+    const size_t afterDeregistering = p.a->registrations();
+    auto [send2, recv2] = aToB(src.data(), bytes, dst.data(), bytes);
+    ASSERT_EQ(transfer(p, send2, recv2), "");
+    EXPECT_EQ(p.a->registrations() - afterDeregistering, 2u) << "per message again, 2 rails";
+  }
 }
 
 // Sends `count` int32 (i * a) from a to b, whose receive sums them into its own (b - i);
@@ -316,6 +377,67 @@ TEST(EfaTransport, UnknownProviderListsWhatFiGetinfoOffers) {
   EXPECT_TRUE(contains(text, "fi_getinfo offers")) << text;
   EXPECT_TRUE(contains(text, "tcp;ofi_rxm")) << text;
   EXPECT_TRUE(contains(text, "TRNCCL_FI_PROVIDER")) << text;
+}
+
+// trncclCommRegister through the real API over efa (tcp), with per-message registration
+// forced as on EFA: all-reduces on registered buffers stay correct, a handle is released once,
+// and bad arguments are named.
+TEST(Efa, RegisteredBuffersCarryAllReducesAndHandlesAreChecked) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
+    setenv("FI_TCP_IFACE", "lo", 1);
+    setenv("TRNCCL_TRANSPORT", "efa", 1);
+    setenv("TRNCCL_FI_PROVIDER", "tcp;ofi_rxm", 1);
+    setenv("TRNCCL_EFA_MR_CACHE", "0", 1);
+    trncclComm_t comm;
+    std::string error = initComm(&comm, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    const size_t count = 3 << 18;  // 3 MiB of floats: rendezvous, striped reads
+    std::vector<float> send(count), recv(count);
+    void* sendHandle = nullptr;
+    void* recvHandle = nullptr;
+    if (trncclCommRegister(comm, send.data(), count * sizeof(float), &sendHandle) !=
+            trncclSuccess ||
+        trncclCommRegister(comm, recv.data(), count * sizeof(float), &recvHandle) != trncclSuccess)
+      return std::string("register failed: ") + trncclGetLastError(comm);
+    for (int it = 0; it < 3; ++it) {
+      for (size_t i = 0; i < count; ++i) send[i] = static_cast<float>((rank + 1) * (i % 977) + it);
+      if (trncclAllReduce(send.data(), recv.data(), count, trncclFloat32, trncclSum, comm) !=
+          trncclSuccess)
+        f.add("all-reduce %d failed: %s", it, trncclGetLastError(comm));
+      for (size_t i = 0; i < count; ++i) {
+        float expected = 0;  // the serial sum over ranks
+        for (int r = 0; r < n; ++r) expected += static_cast<float>((r + 1) * (i % 977) + it);
+        if (recv[i] != expected) {
+          f.add("iteration %d element %zu: %f, expected %f", it, i, recv[i], expected);
+          break;
+        }
+      }
+    }
+    int dummy = 0;
+    void* handle = &dummy;
+    if (trncclCommRegister(comm, nullptr, 64, &handle) != trncclInvalidArgument ||
+        handle != nullptr)
+      f.add("a NULL buffer was registered");
+    if (trncclCommRegister(comm, send.data(), 0, &handle) != trncclInvalidArgument)
+      f.add("a zero-byte registration was accepted");
+    else if (!std::strstr(trncclGetLastError(comm), "trncclCommRegister"))
+      f.add("the error does not name the call: %s", trncclGetLastError(comm));
+    if (trncclCommDeregister(comm, &dummy) != trncclInvalidArgument)
+      f.add("a handle this communicator did not give out was accepted");
+    if (trncclCommDeregister(comm, sendHandle) != trncclSuccess ||
+        trncclCommDeregister(comm, recvHandle) != trncclSuccess)
+      f.add("deregister failed: %s", trncclGetLastError(comm));
+    if (trncclCommDeregister(comm, sendHandle) != trncclInvalidArgument)
+      f.add("a handle was deregistered twice");
+    // Unregistered buffers still work after the handles are gone.
+    if (trncclAllReduce(send.data(), recv.data(), count, trncclFloat32, trncclSum, comm) !=
+        trncclSuccess)
+      f.add("all-reduce after deregistering failed: %s", trncclGetLastError(comm));
+    trncclCommDestroy(comm);
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
 }
 
 TEST(Efa, InitWithAMissingProviderFailsOnEveryRankWithTheOfferedList) {

@@ -201,6 +201,36 @@ size_t EfaTransport::transientRegistrations() const {
   return n;
 }
 
+Result<UserRegistration> EfaTransport::registerUserBuffer(const void* addr, size_t bytes) {
+  UserRegistration registration;
+  for (auto& cache : caches_) {
+    auto entry = cache->registerUser(addr, bytes);
+    if (!entry.isOk()) {
+      for (size_t r = 0; r < registration.perRail.size(); ++r)
+        (void)caches_[r]->deregisterUser(registration.perRail[r]);  // not in use yet
+      return entry.status();
+    }
+    registration.perRail.push_back(entry.value());
+  }
+  return registration;
+}
+
+Status EfaTransport::deregisterUserBuffer(const UserRegistration& registration) {
+  // All or nothing: a registration still in use on any rail stays on every rail.
+  for (const auto* entry : registration.perRail)
+    if (entry->inUse > 0)
+      return makeError(Code::kInvalidUsage,
+                       "the buffer at %p is still in use by %d posted network operation(s)",
+                       reinterpret_cast<void*>(entry->start), entry->inUse);
+  for (size_t r = 0; r < registration.perRail.size() && r < caches_.size(); ++r)
+    TRNCCL_RETURN_IF_ERROR(caches_[r]->deregisterUser(registration.perRail[r]));
+  return Status::ok();
+}
+
+size_t EfaTransport::userRegistrations() const {
+  return caches_.empty() ? 0 : caches_.front()->userRegistered();
+}
+
 size_t EfaTransport::registrationHits() const {
   size_t n = 0;
   for (const auto& c : caches_) n += c->hits();

@@ -35,6 +35,11 @@ struct EfaOptions {
   UserMrCache userMrCache = UserMrCache::kAuto;
 };
 
+// A user's registration of one buffer (trncclCommRegister): one entry per rail.
+struct UserRegistration {
+  std::vector<MrCache::Entry*> perRail;
+};
+
 class EfaTransport : public Transport {
  public:
   // Opens the rails (endpoints) before the bootstrap exchange.
@@ -75,6 +80,12 @@ class EfaTransport : public Transport {
   bool cachesUserRegistrations() const { return cacheUserBuffers_; }
   // Per-message registrations still open (0 once every message has completed).
   size_t transientRegistrations() const;
+  // trncclCommRegister: registers the buffer on every rail until deregistered. Messages inside
+  // it use that registration whatever TRNCCL_EFA_MR_CACHE says. Deregistering fails
+  // (kInvalidUsage) while a posted operation still uses it.
+  Result<UserRegistration> registerUserBuffer(const void* addr, size_t bytes);
+  Status deregisterUserBuffer(const UserRegistration& registration);
+  size_t userRegistrations() const;
   // Fragments posted on each rail so far (striping is visible in tests and logs).
   const std::vector<size_t>& fragmentsPerRail() const { return fragmentsPerRail_; }
   // Messages that went by rendezvous (RMA reads), counted on the receiving side.

@@ -9,6 +9,16 @@ namespace trnccl::efa {
 Result<MrCache::Entry*> MrCache::acquire(const void* addr, size_t bytes, bool cacheable) {
   const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   const uintptr_t end = start + std::max<size_t>(bytes, 1);
+  // The user's registrations first: they serve whatever the cache policy says. Few exist, so
+  // a scan of those starting at or before `start` is cheap.
+  for (auto it = user_.upper_bound(start); it != user_.begin();) {
+    Entry& found = *(--it)->second;
+    if (found.end >= end) {
+      ++hits_;
+      ++found.inUse;
+      return &found;
+    }
+  }
   auto it = entries_.upper_bound(start);
   if (cacheable && it != entries_.begin()) {
     auto candidate = std::prev(it);
@@ -20,6 +30,28 @@ Result<MrCache::Entry*> MrCache::acquire(const void* addr, size_t bytes, bool ca
       return &found;
     }
   }
+  auto made = registerPages(addr, bytes);
+  TRNCCL_RETURN_IF_ERROR(made.status());
+  std::unique_ptr<Entry> entry = std::move(made.value());
+  entry->lastUse = ++clock_;
+  entry->inUse = 1;
+  Entry* result = entry.get();
+  if (!cacheable) {
+    entry->transient = true;
+    transient_.emplace(result, std::move(entry));
+    return result;
+  }
+  evictIdle();
+  auto& slot = entries_[entry->start];
+  // A smaller range starting at the same page may still be in flight: keep it alive.
+  if (slot && slot->inUse > 0) retired_.push_back(std::move(slot));
+  slot = std::move(entry);
+  return result;
+}
+
+Result<std::unique_ptr<MrCache::Entry>> MrCache::registerPages(const void* addr, size_t bytes) {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t end = start + std::max<size_t>(bytes, 1);
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t base = start / page * page;
   const uintptr_t limit = (end + page - 1) / page * page;
@@ -43,20 +75,31 @@ Result<MrCache::Entry*> MrCache::acquire(const void* addr, size_t bytes, bool ca
                        fiError("fi_mr_bind/enable", rc).c_str());
   }
   ++registrations_;
-  entry->lastUse = ++clock_;
-  entry->inUse = 1;
+  return entry;
+}
+
+Result<MrCache::Entry*> MrCache::registerUser(const void* addr, size_t bytes) {
+  auto made = registerPages(addr, bytes);
+  TRNCCL_RETURN_IF_ERROR(made.status());
+  std::unique_ptr<Entry> entry = std::move(made.value());
+  entry->user = true;
   Entry* result = entry.get();
-  if (!cacheable) {
-    entry->transient = true;
-    transient_.emplace(result, std::move(entry));
-    return result;
-  }
-  evictIdle();
-  auto& slot = entries_[base];
-  // A smaller range starting at the same page may still be in flight: keep it alive.
-  if (slot && slot->inUse > 0) retired_.push_back(std::move(slot));
-  slot = std::move(entry);
+  user_.emplace(result->start, std::move(entry));
   return result;
+}
+
+Status MrCache::deregisterUser(Entry* entry) {
+  auto [first, last] = user_.equal_range(entry ? entry->start : 0);
+  for (auto it = first; it != last; ++it) {
+    if (it->second.get() != entry) continue;
+    if (entry->inUse > 0)
+      return makeError(Code::kInvalidUsage,
+                       "the buffer at %p is still in use by %d posted network operation(s)",
+                       reinterpret_cast<void*>(entry->start), entry->inUse);
+    user_.erase(it);  // closes the MR
+    return Status::ok();
+  }
+  return makeError(Code::kInvalidArgument, "not a registration of this transport");
 }
 
 void MrCache::release(Entry* entry) {

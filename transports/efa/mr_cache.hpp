@@ -11,6 +11,10 @@
 // provider caches those registrations itself behind its memory monitors
 // (FI_MR_CACHE_MONITOR), which do see munmap. The transport's own buffers (staging, control
 // slots) live as long as it does and are always cached.
+//
+// Ranges the user registers (trncclCommRegister) are the safe way to cache there: the user
+// promises the memory stays until trncclCommDeregister. Every use inside such a range is served
+// by its registration, whatever the cache policy, and it is never evicted.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +36,7 @@ class MrCache {
     uint64_t lastUse = 0;
     int inUse = 0;
     bool transient = false;  // not in the cache: closed when its last user releases it
+    bool user = false;       // registered by the user; closed by deregisterUser only
   };
 
   MrCache(Rail& rail, size_t maxEntries) : rail_(rail), maxEntries_(maxEntries) {}
@@ -42,14 +47,21 @@ class MrCache {
   // this use only.
   Result<Entry*> acquire(const void* addr, size_t bytes, bool cacheable = true);
   void release(Entry* entry);
+  // trncclCommRegister / trncclCommDeregister. Deregistering fails (kInvalidUsage) while a
+  // posted operation still uses the registration.
+  Result<Entry*> registerUser(const void* addr, size_t bytes);
+  Status deregisterUser(Entry* entry);
   static void* descriptor(Entry* entry) { return entry ? fi_mr_desc(entry->mr.get()) : nullptr; }
 
   size_t registrations() const { return registrations_; }
   size_t hits() const { return hits_; }
   size_t size() const { return entries_.size(); }
   size_t transientInUse() const { return transient_.size(); }
+  size_t userRegistered() const { return user_.size(); }
 
  private:
+  // Registers whole pages around [addr, addr + bytes); the entry is not yet filed anywhere.
+  Result<std::unique_ptr<Entry>> registerPages(const void* addr, size_t bytes);
   void evictIdle();
 
   Rail& rail_;
@@ -57,6 +69,7 @@ class MrCache {
   std::map<uintptr_t, std::unique_ptr<Entry>> entries_;  // by start address
   std::list<std::unique_ptr<Entry>> retired_;           // replaced while in flight; freed once idle
   std::map<Entry*, std::unique_ptr<Entry>> transient_;  // uncached, in use
+  std::multimap<uintptr_t, std::unique_ptr<Entry>> user_;  // by start address; may overlap
   uint64_t clock_ = 0;
   uint64_t nextKey_ = 1;
   size_t registrations_ = 0;
