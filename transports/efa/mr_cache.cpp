@@ -88,9 +88,15 @@ Result<MrCache::Entry*> MrCache::registerUser(const void* addr, size_t bytes) {
   return result;
 }
 
+MrCache::Entry* MrCache::findUser(const Entry* entry) {
+  // Compares pointers only: `entry` may already be freed (a handle released twice).
+  for (auto& [start, candidate] : user_)
+    if (candidate.get() == entry) return candidate.get();
+  return nullptr;
+}
+
 Status MrCache::deregisterUser(Entry* entry) {
-  auto [first, last] = user_.equal_range(entry ? entry->start : 0);
-  for (auto it = first; it != last; ++it) {
+  for (auto it = user_.begin(); it != user_.end(); ++it) {
     if (it->second.get() != entry) continue;
     if (entry->inUse > 0)
       return makeError(Code::kInvalidUsage,

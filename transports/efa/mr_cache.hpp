@@ -51,6 +51,8 @@ class MrCache {
   // posted operation still uses the registration.
   Result<Entry*> registerUser(const void* addr, size_t bytes);
   Status deregisterUser(Entry* entry);
+  // The live user registration `entry` points to, or nullptr (never dereferences it).
+  Entry* findUser(const Entry* entry);
   static void* descriptor(Entry* entry) { return entry ? fi_mr_desc(entry->mr.get()) : nullptr; }
 
   size_t registrations() const { return registrations_; }
