@@ -17,7 +17,10 @@ int main() {
     trnccl::Comm world(nranks, trnccl::UniqueId::fromRaw(raw), rank);
     trnccl::Comm half = world.split(rank % 2, rank);
     std::vector<int> value{rank};
+    // Registration is optional; on EFA it spares per-call registration of a reused buffer.
+    trnccl::Registration registered = half.registerBuffer(std::span<int>(value));
     half.allReduce(std::span<int>(value));
+    registered.release();
     std::vector<int> toNext{rank}, fromPrev{-1};
     {
       trnccl::Group group;

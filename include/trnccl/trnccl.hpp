@@ -6,6 +6,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -121,6 +122,42 @@ class Request {
   trncclRequest_t raw_ = nullptr;
 };
 
+// A buffer registered with a communicator (trncclCommRegister) until release() or
+// destruction. release() throws if a call still uses the buffer; the destructor cannot, so
+// release first where that may happen. Must not outlive its Comm.
+class Registration {
+ public:
+  Registration() = default;
+  Registration(trncclComm_t comm, void* handle) : comm_(comm), handle_(handle) {}
+  Registration(Registration&& other) noexcept
+      : comm_(std::exchange(other.comm_, nullptr)),
+        handle_(std::exchange(other.handle_, nullptr)) {}
+  Registration& operator=(Registration&& other) noexcept {
+    if (this != &other) {
+      if (handle_) (void)trncclCommDeregister(comm_, handle_);
+      comm_ = std::exchange(other.comm_, nullptr);
+      handle_ = std::exchange(other.handle_, nullptr);
+    }
+    return *this;
+  }
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+  ~Registration() {
+    if (handle_) (void)trncclCommDeregister(comm_, handle_);
+  }
+  void release() {
+    if (handle_) {
+      check(trncclCommDeregister(comm_, handle_), comm_);
+      handle_ = nullptr;
+    }
+  }
+  explicit operator bool() const { return handle_ != nullptr; }
+
+ private:
+  trncclComm_t comm_ = nullptr;
+  void* handle_ = nullptr;
+};
+
 class Comm {
  public:
   Comm(int nranks, const UniqueId& id, int rank) {
@@ -162,6 +199,15 @@ class Comm {
   }
   void abort() {
     if (comm_) check(trncclCommAbort(std::exchange(comm_, nullptr)));
+  }
+  // Keeps `buffer` registered for network transports until the Registration goes.
+  template <typename T>
+  Registration registerBuffer(std::span<T> buffer) {
+    void* handle = nullptr;
+    check(trncclCommRegister(comm_, const_cast<std::remove_const_t<T>*>(buffer.data()),
+                             buffer.size_bytes(), &handle),
+          comm_);
+    return Registration(comm_, handle);
   }
 
   template <typename T>
