@@ -133,8 +133,7 @@ trncclResult_t trncclCommUserRank(const trncclComm_t comm, int* rank);
  * otherwise registered per message (TRNCCL_EFA_MR_CACHE). Calls whose buffers lie inside a
  * registered range use its registration. Optional, like ncclCommRegister: calls on buffers that
  * were never registered work too. *handle is this communicator's; several may overlap. */
-trncclResult_t trncclCommRegister(const trncclComm_t comm, void* buff, size_t size,
-                                  void** handle);
+trncclResult_t trncclCommRegister(const trncclComm_t comm, void* buff, size_t size, void** handle);
 /* Releases a registration. trncclInvalidUsage while a call that uses the buffer is still in
  * flight (wait for it first); trncclInvalidArgument for a handle comm did not give out. */
 trncclResult_t trncclCommDeregister(const trncclComm_t comm, void* handle);

@@ -45,8 +45,9 @@ class CallOperation final : public Operation {
         ncalls_(owned_.size()),
         planner_(planner),
         algo_(algo) {}
-  CallOperation(const CollArgs& call, const Planner* planner, Algorithm algo)
-      : Operation(call.kind), calls_(&call), ncalls_(1), planner_(planner), algo_(algo) {}
+  // Borrows the calls, which outlive the operation (run() waits for it).
+  CallOperation(const CollArgs* calls, size_t ncalls, const Planner* planner, Algorithm algo)
+      : Operation(calls[0].kind), calls_(calls), ncalls_(ncalls), planner_(planner), algo_(algo) {}
 
   std::string description() const override {
     return describeCall(std::vector<CollArgs>(calls_, calls_ + ncalls_));
@@ -362,12 +363,13 @@ Result<std::shared_ptr<Operation>> Communicator::enqueue(const std::vector<CollA
   return std::shared_ptr<Operation>(std::move(op));
 }
 
-Status Communicator::run(const CollArgs& call) {
-  auto algo = planner_->choose(call.kind, call.count * dtypeSize(call.dtype));
+Status Communicator::run(const CollArgs* calls, size_t ncalls) {
+  const CollArgs& first = calls[0];
+  auto algo = planner_->choose(first.kind, first.count * dtypeSize(first.dtype));
   TRNCCL_RETURN_IF_ERROR(algo.status());
   // The operation lives on this stack: the queue holds a non-owning pointer, and this call
   // returns only once the operation has left the queue (finished, failed or aborted).
-  CallOperation op(call, planner_.get(), algo.value());
+  CallOperation op(calls, ncalls, planner_.get(), algo.value());
   std::shared_ptr<Operation> handle(std::shared_ptr<Operation>(), &op);
   TRNCCL_RETURN_IF_ERROR(push(handle));
   return wait(handle, -1);

@@ -43,7 +43,9 @@ class Communicator {
   // Queues one call (a collective, or a fused group of point-to-point calls).
   Result<std::shared_ptr<Operation>> enqueue(const std::vector<CollArgs>& calls);
   // Queues one call and waits for it (the blocking C calls): no allocation per call.
-  Status run(const CollArgs& call);
+  Status run(const CollArgs& call) { return run(&call, 1); }
+  // Several point-to-point calls fused into one operation (a group's), the same way.
+  Status run(const CollArgs* calls, size_t ncalls);
   // Progresses until op completes, fails, or (timeoutSeconds >= 0) the wait times out; a
   // timed-out wait leaves the operation queued (kInProgress is returned).
   Status wait(const std::shared_ptr<Operation>& op, double timeoutSeconds);

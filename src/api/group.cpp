@@ -89,6 +89,28 @@ extern "C" trncclResult_t trncclGroupEnd(void) {
   if (--group.depth > 0) return trncclSuccess;
   std::vector<trnccl::api::PendingCall> calls;
   calls.swap(group.calls);
+  // The calls' vector goes back to this thread's group afterwards, so that its capacity is
+  // reused: a training loop's groups then allocate nothing here.
+  struct Recycle {
+    std::vector<trnccl::api::PendingCall>& calls;
+    ~Recycle() {
+      calls.clear();
+      if (trnccl::api::group.calls.empty()) trnccl::api::group.calls.swap(calls);
+    }
+  } recycle{calls};
+
+  // The usual group, point-to-point calls on one communicator (a ring exchange's send and
+  // receive), fuses into one operation that lives on this stack, like a blocking call's.
+  if (!calls.empty() && std::all_of(calls.begin(), calls.end(), [&](const auto& call) {
+        return call.comm == calls.front().comm && call.args.kind == CollKind::kSendRecv;
+      })) {
+    thread_local std::vector<CollArgs> batch;
+    batch.clear();
+    for (const auto& call : calls) batch.push_back(call.args);
+    trncclComm_t comm = calls.front().comm;
+    trnccl::api::CallGuard guard(comm);
+    return report(comm, comm->impl->run(batch.data(), batch.size()));
+  }
 
   std::vector<trnccl::api::Launched> launched;
   // Like every call, a group counts as in progress on each of its communicators, so that
