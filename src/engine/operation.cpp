@@ -158,8 +158,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
     case StepKind::kCheckDescriptors: TRNCCL_RETURN_IF_ERROR(checkDescriptors(ctx)); return true;
     case StepKind::kLLWrite: {
       shm::LLLine* lines = ctx.segment->rankArea(ctx.localRank)->ll[step.first];
-      size_t nlines =
-          std::max<size_t>(1, (step.bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
+      size_t nlines = shm::llLinesFor(step.bytes);
       for (size_t l = 0; l < nlines; ++l) {
         size_t offset = l * shm::kLLPayloadBytes;
         size_t len = offset < step.bytes ? std::min(shm::kLLPayloadBytes, step.bytes - offset) : 0;
@@ -172,8 +171,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       const size_t esize = dtypeSize(schedule_->dtype);
       const size_t bytes = step.bytes * esize;
       const size_t from = step.n;  // byte offset of this rank's part in every rank's lines
-      const size_t nlines =
-          std::max<size_t>(1, (from + bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
+      const size_t nlines = shm::llLinesFor(from + bytes);
       auto ready = llReady(ctx, step, nlines);
       if (!ready.isOk() || !ready.value()) return ready;
       const int localSize = static_cast<int>(ctx.globalOfLocal.size());
@@ -196,8 +194,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
     }
     case StepKind::kLLWait: return llReady(ctx, step, 1);
     case StepKind::kLLGather: {
-      const size_t nlines =
-          std::max<size_t>(1, (step.bytes + shm::kLLPayloadBytes - 1) / shm::kLLPayloadBytes);
+      const size_t nlines = shm::llLinesFor(step.bytes);
       auto ready = llReady(ctx, step, nlines);
       if (!ready.isOk() || !ready.value()) return ready;
       const int localSize = static_cast<int>(ctx.globalOfLocal.size());

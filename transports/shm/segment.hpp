@@ -4,6 +4,7 @@
 // as every local rank has mapped it, so a killed rank never leaves it behind.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -64,6 +65,10 @@ constexpr int kLLLines = 16;
 constexpr size_t kLLPayloadBytes = 56;
 constexpr size_t kLLMaxBytes = kLLLines * kLLPayloadBytes;
 constexpr int kLLMaxRanks = 64;  // the reduce step keeps its source list on the stack
+// Lines that carry `bytes` of payload; an empty payload still takes one, for its tag.
+constexpr size_t llLinesFor(size_t bytes) {
+  return std::max<size_t>(1, (bytes + kLLPayloadBytes - 1) / kLLPayloadBytes);
+}
 
 struct alignas(64) LLLine {
   char payload[kLLPayloadBytes];
