@@ -82,7 +82,6 @@ class Communicator {
   // Fails (kInvalidUsage) while a posted network operation still uses the buffer, and
   // (kInvalidArgument) for a handle this communicator did not give out.
   Status deregisterBuffer(Registration* registration);
-  size_t registeredBuffers();
 
  private:
   Communicator() = default;

@@ -46,9 +46,4 @@ Status Communicator::deregisterBuffer(Registration* registration) {
   return Status::ok();
 }
 
-size_t Communicator::registeredBuffers() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return registrations_.size();
-}
-
 }  // namespace trnccl

@@ -134,7 +134,7 @@ class Registration {
         handle_(std::exchange(other.handle_, nullptr)) {}
   Registration& operator=(Registration&& other) noexcept {
     if (this != &other) {
-      if (handle_) (void)trncclCommDeregister(comm_, handle_);
+      reset();
       comm_ = std::exchange(other.comm_, nullptr);
       handle_ = std::exchange(other.handle_, nullptr);
     }
@@ -142,9 +142,7 @@ class Registration {
   }
   Registration(const Registration&) = delete;
   Registration& operator=(const Registration&) = delete;
-  ~Registration() {
-    if (handle_) (void)trncclCommDeregister(comm_, handle_);
-  }
+  ~Registration() { reset(); }
   void release() {
     if (handle_) {
       check(trncclCommDeregister(comm_, handle_), comm_);
@@ -154,6 +152,9 @@ class Registration {
   explicit operator bool() const { return handle_ != nullptr; }
 
  private:
+  void reset() noexcept {
+    if (handle_) (void)trncclCommDeregister(comm_, std::exchange(handle_, nullptr));
+  }
   trncclComm_t comm_ = nullptr;
   void* handle_ = nullptr;
 };

@@ -219,16 +219,8 @@ Status EfaTransport::deregisterUserBuffer(const UserRegistration& registration) 
   if (registration.perRail.size() != caches_.size())
     return makeError(Code::kInvalidArgument, "a registration made with another transport");
   // All or nothing: one released already, or still in use on any rail, stays on every rail.
-  for (size_t r = 0; r < caches_.size(); ++r) {
-    const MrCache::Entry* entry = caches_[r]->findUser(registration.perRail[r]);
-    if (!entry)
-      return makeError(Code::kInvalidArgument,
-                       "not a registration of this transport (released already?)");
-    if (entry->inUse > 0)
-      return makeError(Code::kInvalidUsage,
-                       "the buffer at %p is still in use by %d posted network operation(s)",
-                       reinterpret_cast<void*>(entry->start), entry->inUse);
-  }
+  for (size_t r = 0; r < caches_.size(); ++r)
+    TRNCCL_RETURN_IF_ERROR(caches_[r]->releasable(registration.perRail[r]));
   for (size_t r = 0; r < caches_.size(); ++r)
     TRNCCL_RETURN_IF_ERROR(caches_[r]->deregisterUser(registration.perRail[r]));
   return Status::ok();

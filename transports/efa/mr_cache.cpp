@@ -82,30 +82,33 @@ Result<MrCache::Entry*> MrCache::registerUser(const void* addr, size_t bytes) {
   auto made = registerPages(addr, bytes);
   TRNCCL_RETURN_IF_ERROR(made.status());
   std::unique_ptr<Entry> entry = std::move(made.value());
-  entry->user = true;
   Entry* result = entry.get();
   user_.emplace(result->start, std::move(entry));
   return result;
 }
 
-MrCache::Entry* MrCache::findUser(const Entry* entry) {
-  // Compares pointers only: `entry` may already be freed (a handle released twice).
-  for (auto& [start, candidate] : user_)
-    if (candidate.get() == entry) return candidate.get();
-  return nullptr;
-}
-
-Status MrCache::deregisterUser(Entry* entry) {
-  for (auto it = user_.begin(); it != user_.end(); ++it) {
-    if (it->second.get() != entry) continue;
+Status MrCache::releasable(const Entry* entry) const {
+  // Compares pointers before touching the entry.
+  for (const auto& [start, candidate] : user_) {
+    if (candidate.get() != entry) continue;
     if (entry->inUse > 0)
       return makeError(Code::kInvalidUsage,
                        "the buffer at %p is still in use by %d posted network operation(s)",
                        reinterpret_cast<void*>(entry->start), entry->inUse);
-    user_.erase(it);  // closes the MR
     return Status::ok();
   }
-  return makeError(Code::kInvalidArgument, "not a registration of this transport");
+  return makeError(Code::kInvalidArgument,
+                   "not a registration of this transport (released already?)");
+}
+
+Status MrCache::deregisterUser(Entry* entry) {
+  TRNCCL_RETURN_IF_ERROR(releasable(entry));
+  for (auto it = user_.begin(); it != user_.end(); ++it)
+    if (it->second.get() == entry) {
+      user_.erase(it);  // closes the MR
+      break;
+    }
+  return Status::ok();
 }
 
 void MrCache::release(Entry* entry) {

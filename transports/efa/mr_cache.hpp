@@ -36,7 +36,6 @@ class MrCache {
     uint64_t lastUse = 0;
     int inUse = 0;
     bool transient = false;  // not in the cache: closed when its last user releases it
-    bool user = false;       // registered by the user; closed by deregisterUser only
   };
 
   MrCache(Rail& rail, size_t maxEntries) : rail_(rail), maxEntries_(maxEntries) {}
@@ -47,12 +46,13 @@ class MrCache {
   // this use only.
   Result<Entry*> acquire(const void* addr, size_t bytes, bool cacheable = true);
   void release(Entry* entry);
-  // trncclCommRegister / trncclCommDeregister. Deregistering fails (kInvalidUsage) while a
-  // posted operation still uses the registration.
+  // trncclCommRegister / trncclCommDeregister. Deregistering fails as releasable() says.
   Result<Entry*> registerUser(const void* addr, size_t bytes);
   Status deregisterUser(Entry* entry);
-  // The live user registration `entry` points to, or nullptr (never dereferences it).
-  Entry* findUser(const Entry* entry);
+  // Ok if `entry` is a live user registration that no posted operation uses; kInvalidArgument
+  // if it is not one (it is never dereferenced then: a handle may be released twice),
+  // kInvalidUsage while in use.
+  Status releasable(const Entry* entry) const;
   static void* descriptor(Entry* entry) { return entry ? fi_mr_desc(entry->mr.get()) : nullptr; }
 
   size_t registrations() const { return registrations_; }
