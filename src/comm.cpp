@@ -371,12 +371,23 @@ Status Communicator::run(const CollArgs* calls, size_t ncalls) {
   // returns only once the operation has left the queue (finished, failed or aborted).
   CallOperation op(calls, ncalls, planner_.get(), algo.value());
   std::shared_ptr<Operation> handle(std::shared_ptr<Operation>(), &op);
-  TRNCCL_RETURN_IF_ERROR(push(handle));
+  {
+    // Queued and given its first progress pass under one lock: a small call on an idle
+    // communicator often completes here, without a second round trip through the mutex.
+    std::lock_guard<std::mutex> lock(mutex_);
+    TRNCCL_RETURN_IF_ERROR(pushLocked(handle));
+    if (queue_.size() == 1) progressLocked();
+    if (op.finished.load(std::memory_order_acquire)) return std::move(op.result);
+  }
   return wait(handle, -1);
 }
 
 Status Communicator::push(const std::shared_ptr<Operation>& op) {
   std::lock_guard<std::mutex> lock(mutex_);
+  return pushLocked(op);
+}
+
+Status Communicator::pushLocked(const std::shared_ptr<Operation>& op) {
   if (!failure_.isOk())
     return Status(failure_.code() == Code::kAborted ? Code::kAborted : Code::kInvalidUsage,
                   strformat("rank %d %s on %s: the communicator is unusable after an earlier "

@@ -87,6 +87,7 @@ class Communicator {
   Communicator() = default;
   Status init(int nranks, const trncclUniqueId& id, int rank, const CommOptions& options);
   Status push(const std::shared_ptr<Operation>& op);
+  Status pushLocked(const std::shared_ptr<Operation>& op);
   void progressLocked();
   Status healthLocked(Operation& op);
   void failLocked(const Status& status);

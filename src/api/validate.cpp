@@ -11,13 +11,14 @@ constexpr size_t kMaxBytes = std::numeric_limits<size_t>::max() / 2;
 
 // count * size * multiplier must fit: a negative count cast to size_t lands here too.
 Status checkBytes(const char* what, size_t count, size_t esize, size_t multiplier) {
-  if (count == 0) return Status::ok();
-  if (count > kMaxBytes / esize / multiplier)
-    return makeError(Code::kInvalidArgument,
-                     "%s=%zu elements of %zu bytes%s overflows the address space (a negative "
-                     "count converted to size_t?)",
-                     what, count, esize, multiplier > 1 ? " times nranks" : "");
-  return Status::ok();
+  size_t bytes = 0;
+  // A multiplication, not a division: this check is on every call's path.
+  if (!__builtin_mul_overflow(count, esize * multiplier, &bytes) && bytes <= kMaxBytes)
+    return Status::ok();
+  return makeError(Code::kInvalidArgument,
+                   "%s=%zu elements of %zu bytes%s overflows the address space (a negative "
+                   "count converted to size_t?)",
+                   what, count, esize, multiplier > 1 ? " times nranks" : "");
 }
 
 bool reduces(CollKind kind) {

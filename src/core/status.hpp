@@ -3,6 +3,7 @@
 // trncclResult_t.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
@@ -24,26 +25,44 @@ enum class Code {
   kInProgress,
 };
 
+// An OK status is one null pointer, so the hot path (every step of every call returns one)
+// constructs, tests and destroys it for the cost of a register; only errors allocate.
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(Code code, std::string message)
+      : error_(code == Code::kOk ? nullptr : new Error{code, std::move(message)}) {}
+  Status(const Status& other) : error_(other.error_ ? new Error(*other.error_) : nullptr) {}
+  Status(Status&& other) noexcept = default;
+  Status& operator=(const Status& other) {
+    if (this != &other) error_.reset(other.error_ ? new Error(*other.error_) : nullptr);
+    return *this;
+  }
+  Status& operator=(Status&& other) noexcept = default;
+  ~Status() = default;
 
   static Status ok() { return {}; }
-  bool isOk() const { return code_ == Code::kOk; }
+  bool isOk() const { return !error_; }
   explicit operator bool() const { return isOk(); }
-  Code code() const { return code_; }
-  const std::string& message() const { return message_; }
+  Code code() const { return error_ ? error_->code : Code::kOk; }
+  const std::string& message() const { return error_ ? error_->message : emptyMessage(); }
 
   // Adds context in front of the message ("rank 2 AllReduce: " + message).
   Status withContext(const std::string& prefix) const {
-    if (isOk()) return *this;
-    return Status(code_, prefix + message_);
+    if (isOk()) return {};
+    return Status(error_->code, prefix + error_->message);
   }
 
  private:
-  Code code_ = Code::kOk;
-  std::string message_;
+  struct Error {
+    Code code;
+    std::string message;
+  };
+  static const std::string& emptyMessage() {
+    static const std::string empty;
+    return empty;
+  }
+  std::unique_ptr<Error> error_;
 };
 
 // printf-checked constructor for an error Status.

@@ -26,23 +26,26 @@ Result<bool> Operation::progress(ExecContext& ctx) {
   if (!schedule_) return true;  // finished earlier; its schedule went back to the pool
   spinHint_ = {};
   Schedule& s = *schedule_;
-  while (cursor_ < s.steps.size()) {
-    uint32_t group = s.steps[cursor_].group;
-    size_t end = cursor_;
-    while (end < s.steps.size() && s.steps[end].group == group) ++end;
-    if (s.stepDone.size() < s.steps.size()) s.stepDone.resize(s.steps.size(), 0);
+  size_t nsteps = s.steps.size();
+  if (s.stepDone.size() < nsteps) s.stepDone.resize(nsteps, 0);
+  while (cursor_ < nsteps) {
+    const uint32_t group = s.steps[cursor_].group;
+    size_t end = cursor_ + 1;
+    while (end < nsteps && s.steps[end].group == group) ++end;
     bool allDone = true;
     for (size_t i = cursor_; i < end; ++i) {
       if (s.stepDone[i]) continue;
       // runStep must not touch its step after a callback appended steps (moves the vector).
       auto done = runStep(ctx, s.steps[i]);
-      TRNCCL_RETURN_IF_ERROR(done.status());
-      if (done.value()) {
-        s.stepDone.resize(s.steps.size(), 0);
+      if (!done.isOk()) return done.status();
+      if (done.value())
         s.stepDone[i] = 1;
-      } else {
+      else
         allDone = false;
-      }
+    }
+    if (s.steps.size() != nsteps) {  // a callback appended steps, in groups after this one
+      nsteps = s.steps.size();
+      s.stepDone.resize(nsteps, 0);
     }
     if (!allDone) return false;
     cursor_ = end;
@@ -151,7 +154,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       shm::RankArea* mine = ctx.segment->rankArea(ctx.localRank);
       const shm::OpDescriptor& d = schedule_->descriptor;
       mine->descriptors[d.seq % shm::kDescriptorSlots] = d;
-      mine->signatures[d.seq % shm::kSignatureSlots].store(callSignature(d),
+      mine->signatures[d.seq % shm::kSignatureSlots].store(schedule_->signature,
                                                            std::memory_order_release);
       return true;  // the next post publishes it
     }
@@ -271,14 +274,14 @@ Status Operation::probeMismatch(const ExecContext& ctx, int peerLocal) const {
       area->signatures[mine.seq % shm::kSignatureSlots].load(std::memory_order_acquire);
   shm::OpDescriptor theirs = area->descriptors[mine.seq % shm::kDescriptorSlots];
   if (theirs.seq != mine.seq || callSignature(theirs) != published) return Status::ok();
-  if (published == callSignature(mine)) return Status::ok();
+  if (published == schedule_->signature) return Status::ok();
   return mismatchError(ctx, mine, theirs, peerLocal);
 }
 
 Status Operation::checkDescriptors(const ExecContext& ctx) {
   const shm::OpDescriptor& mine = schedule_->descriptor;
   int localSize = static_cast<int>(ctx.globalOfLocal.size());
-  const uint64_t signature = callSignature(mine);
+  const uint64_t signature = schedule_->signature;
   for (int peer = 0; peer < localSize; ++peer) {
     if (peer == ctx.localRank) continue;
     shm::RankArea* area = ctx.segment->rankArea(peer);

@@ -88,6 +88,7 @@ struct Schedule {
   std::vector<std::function<Status(ScheduleBuilder&)>> callbacks;
   std::vector<uint8_t> stepDone;  // executor state, one flag per step
   shm::OpDescriptor descriptor{};
+  uint64_t signature = 0;  // callSignature(descriptor), computed once when it is published
   trncclDataType_t dtype = trncclUint8;
   trncclRedOp_t op = trncclSum;
   uint32_t groups = 0;
@@ -191,6 +192,7 @@ class ScheduleBuilder {
   void publishDescriptor(const shm::OpDescriptor& descriptor) {
     s_.descriptor = descriptor;
     s_.descriptor.seq = ++windows_->descriptorSeq;
+    s_.signature = callSignature(s_.descriptor);
     add(makeStep(StepKind::kPublishDescriptor));
   }
   void checkDescriptors() { add(makeStep(StepKind::kCheckDescriptors)); }
@@ -203,8 +205,7 @@ class ScheduleBuilder {
   };
   LLSlot nextLLSlot() {
     uint64_t seq = ++windows_->llSeq;
-    return {static_cast<int>(seq % shm::kLLSlots),
-            (seq * 0x9E3779B97F4A7C15ULL) ^ callSignature(s_.descriptor)};
+    return {static_cast<int>(seq % shm::kLLSlots), (seq * 0x9E3779B97F4A7C15ULL) ^ s_.signature};
   }
   void llWrite(const LLSlot& ll, const void* src, size_t bytes) {
     Step step = makeStep(StepKind::kLLWrite);

@@ -28,7 +28,7 @@ size_t Segment::layout(const SegmentParams& p, uint64_t* rankAreaBytes, uint64_t
   *rankAreaBytes = alignUp(descriptors, 4096) + kWindowSlots * alignUp(p.windowBytes, 4096);
   *ringBytes = sizeof(RingHeader) + p.ringSlots * (kSlotHeaderBytes + p.ringSlotBytes);
   *ringBytes = alignUp(*ringBytes, 4096);
-  return alignUp(sizeof(SegmentHeader), 4096) + p.localSize * *rankAreaBytes +
+  return rankAreasOffset() + p.localSize * *rankAreaBytes +
          static_cast<size_t>(p.localSize) * p.localSize * *ringBytes;
 }
 
@@ -148,11 +148,6 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
   return Status::ok();
 }
 
-RankArea* Segment::rankArea(int localRank) const {
-  return reinterpret_cast<RankArea*>(base_ + alignUp(sizeof(SegmentHeader), 4096) +
-                                     localRank * header_->rankAreaBytes);
-}
-
 uint64_t* Segment::sendBytesTable(int localRank, uint64_t seq) const {
   auto* table =
       reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(rankArea(localRank)) + sizeof(RankArea));
@@ -168,7 +163,7 @@ char* Segment::window(int localRank, int slot) const {
 
 RingHeader* Segment::ring(int fromLocal, int toLocal) const {
   const SegmentParams& p = header_->params;
-  size_t offset = alignUp(sizeof(SegmentHeader), 4096) + p.localSize * header_->rankAreaBytes +
+  size_t offset = rankAreasOffset() + p.localSize * header_->rankAreaBytes +
                   (static_cast<size_t>(fromLocal) * p.localSize + toLocal) * header_->ringBytes;
   return reinterpret_cast<RingHeader*>(base_ + offset);
 }

@@ -121,7 +121,10 @@ class Segment {
 
   const SegmentParams& params() const { return header_->params; }
   SegmentHeader* header() const { return header_; }
-  RankArea* rankArea(int localRank) const;
+  RankArea* rankArea(int localRank) const {  // on every step's path: inline
+    return reinterpret_cast<RankArea*>(base_ + rankAreasOffset() +
+                                       localRank * header_->rankAreaBytes);
+  }
   // Whether p points into the mapping (a window or ring) rather than into a user buffer.
   bool contains(const void* p) const {
     auto* c = static_cast<const char*>(p);
@@ -140,6 +143,8 @@ class Segment {
   int abortRank() const { return header_->abortRank; }
 
  private:
+  // The header's page(s) come first; the rank areas follow.
+  static constexpr size_t rankAreasOffset() { return (sizeof(SegmentHeader) + 4095) / 4096 * 4096; }
   static size_t layout(const SegmentParams& params, uint64_t* rankAreaBytes, uint64_t* ringBytes);
   char* base_ = nullptr;
   size_t mappedBytes_ = 0;
