@@ -43,8 +43,10 @@ const Var kAlgo{"TRNCCL_ALGO", Kind::kString, "",
 const Var kShmChunkBytes{"TRNCCL_SHM_CHUNK_BYTES", Kind::kBytes, "256K",
                          "Bytes per rank in each shared-window pipeline chunk (two chunks per "
                          "rank are staged). Keep all ranks' chunks inside the last-level cache."};
-const Var kShmRingSlots{"TRNCCL_SHM_RING_SLOTS", Kind::kInt, "8",
-                        "Slots in each shared-memory point-to-point ring."};
+const Var kShmRingSlots{"TRNCCL_SHM_RING_SLOTS", Kind::kInt, "16",
+                        "Slots in each shared-memory point-to-point ring (16 x 64 KiB: a 1 MiB "
+                        "message fits whole, so a sender need not wait for its receiver to be "
+                        "scheduled mid-message)."};
 const Var kShmRingSlotBytes{"TRNCCL_SHM_RING_SLOT_BYTES", Kind::kBytes, "64K",
                             "Bytes per slot of each shared-memory point-to-point ring."};
 const Var kOneShotMaxBytes{"TRNCCL_ONESHOT_MAX_BYTES", Kind::kBytes, "16K",
