@@ -481,7 +481,9 @@ def build(results, out_path, plots_dir, warn):
         if "kernels_bench" in micro:
             md.append("In `kernels_bench` a two-source reduction counts 2 reads + 1 write and "
                       "memcpy 1 read + 1 write, so a reduction running at memory speed shows "
-                      "about 1.5x memcpy's figure.")
+                      "about 1.5x memcpy's figure. The InPlace rows reduce into their first "
+                      "source (a = a + b): the same bytes, but no third buffer whose lines a "
+                      "store must first read for ownership.")
         md.append("")
         for name in sorted(micro):
             entries = micro[name]
