@@ -96,6 +96,9 @@ const Var kEfaMrCache{
 const Var kTopoXml{"TRNCCL_TOPO_XML", Kind::kString, "",
                    "An hwloc XML topology file to use instead of discovering this machine (as "
                    "exported by lstopo --of xml); it decides which NICs are near a rank."};
+const Var kTestQuick{"TRNCCL_TEST_QUICK", Kind::kBool, "0",
+                     "Test suite only: a shorter sweep (no 1 Mi-element counts; libfabric "
+                     "configurations with 3 ranks only), for the sanitizer passes."};
 
 const std::vector<const Var*>& all() {
   static const std::vector<const Var*> vars = {&kDebug,
@@ -121,7 +124,8 @@ const std::vector<const Var*>& all() {
                                                &kEfaRails,
                                                &kEfaRendezvousBytes,
                                                &kEfaMrCache,
-                                               &kTopoXml};
+                                               &kTopoXml,
+                                               &kTestQuick};
   return vars;
 }
 

@@ -47,6 +47,8 @@ extern const Var kEfaRails;
 extern const Var kEfaRendezvousBytes;
 extern const Var kEfaMrCache;
 extern const Var kTopoXml;
+// The test suite.
+extern const Var kTestQuick;
 
 const std::vector<const Var*>& all();
 
