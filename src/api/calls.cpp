@@ -12,8 +12,9 @@ using trnccl::api::report;
 
 namespace {
 
-trncclResult_t submit(const char* fn, trncclComm_t comm, const CollArgs& args,
-                      trncclRequest_t* request, bool async) {
+// args by value: callers pass a temporary, which a group then takes over without a copy.
+trncclResult_t submit(const char* fn, trncclComm_t comm, CollArgs args, trncclRequest_t* request,
+                      bool async) {
   if (!comm) return report(nullptr, makeError(Code::kInvalidArgument, "%s: comm is NULL", fn));
   trnccl::api::CallGuard guard(comm);
   trnccl::Communicator& impl = *comm->impl;
@@ -29,7 +30,7 @@ trncclResult_t submit(const char* fn, trncclComm_t comm, const CollArgs& args,
                                     "cannot be queued in a group; use the blocking form "
                                     "between trncclGroupStart and trncclGroupEnd",
                                     impl.rank(), fn));
-    trnccl::api::groupAdd(comm, args);
+    trnccl::api::groupAdd(comm, std::move(args));
     return trncclSuccess;
   }
   if (!async) return report(comm, impl.run(args));

@@ -70,8 +70,8 @@ bool groupActive() {
   return group.depth > 0;
 }
 
-void groupAdd(trncclComm_t comm, const CollArgs& args) {
-  group.calls.push_back({comm, args});
+void groupAdd(trncclComm_t comm, CollArgs&& args) {
+  group.calls.push_back({comm, std::move(args)});
 }
 
 }  // namespace trnccl::api
@@ -106,7 +106,7 @@ extern "C" trncclResult_t trncclGroupEnd(void) {
       })) {
     thread_local std::vector<CollArgs> batch;
     batch.clear();
-    for (const auto& call : calls) batch.push_back(call.args);
+    for (auto& call : calls) batch.push_back(std::move(call.args));  // calls is cleared after
     trncclComm_t comm = calls.front().comm;
     trnccl::api::CallGuard guard(comm);
     return report(comm, comm->impl->run(batch.data(), batch.size()));

@@ -8,6 +8,6 @@ namespace trnccl::api {
 
 bool groupActive();
 // Queues a call until GroupEnd.
-void groupAdd(trncclComm_t comm, const CollArgs& args);
+void groupAdd(trncclComm_t comm, CollArgs&& args);
 
 }  // namespace trnccl::api
