@@ -4,6 +4,7 @@
 // an ordered pair of ranks are delivered in the order their sends were started.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -36,6 +37,11 @@ struct TransferOp {
   size_t done = 0;
   bool started = false;
   void* transportState = nullptr;  // a network transport's per-message record (heap, stable)
+  // Set by a transport whose pending receive waits for one shared word to change (shm: the
+  // next slot's sequence), so that a blocked caller watches that word instead of rerunning
+  // whole progress passes. nullptr: no such word.
+  const std::atomic<uint64_t>* watchWord = nullptr;
+  uint64_t watchSeen = 0;
 };
 
 class Transport {

@@ -145,6 +145,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       TransferOp& transfer = schedule_->transfers[step.first];
       auto done = ctx.transportOfPeer[transfer.peer]->progressRecv(transfer);
       if (done.isOk() && !done.value()) {
+        if (transfer.watchWord) spinHint_ = {transfer.watchWord, transfer.watchSeen};
         blockedOnPeer_ = transfer.peer;
         blockedOn_ = "receiving from";
       }

@@ -96,13 +96,18 @@ struct alignas(64) RingHeader {
   alignas(64) std::atomic<uint64_t> tail;  // fragments consumed by the consumer
 };
 
+// Fragments up to this size travel inside the header's cache line, so that a small message
+// moves one line between the cores, not a header line and then a payload line.
+constexpr size_t kSlotInlineBytes = 32;
+
 struct SlotHeader {
   uint64_t fragmentBytes;
   uint64_t messageBytes;
   uint64_t offset;
   // The fragment's ring index + 1, stored last (release): the slot holds that fragment once
   // it reads so. Zeroed memory and older laps of the ring never match.
-  uint64_t sequence;
+  std::atomic<uint64_t> sequence;
+  char inlinePayload[kSlotInlineBytes];  // the fragment, when it is this small
 };
 
 class Segment {
@@ -135,6 +140,12 @@ class Segment {
   RingHeader* ring(int fromLocal, int toLocal) const;
   char* ringSlot(int fromLocal, int toLocal, uint64_t index) const;  // SlotHeader then data
   static constexpr size_t kSlotHeaderBytes = 64;
+  static_assert(sizeof(SlotHeader) == kSlotHeaderBytes, "a slot's header is one cache line");
+  // Where a fragment's bytes are in its slot.
+  static char* slotPayload(char* slot, uint64_t fragmentBytes) {
+    return fragmentBytes <= kSlotInlineBytes ? slot + offsetof(SlotHeader, inlinePayload)
+                                             : slot + kSlotHeaderBytes;
+  }
 
   // First error wins; later calls keep the first reason.
   void raiseAbort(Code code, int rank, const std::string& reason);

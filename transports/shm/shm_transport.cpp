@@ -31,14 +31,16 @@ Result<bool> ShmTransport::progressSend(TransferOp& op) {
     char* slot = segment_.ringSlot(myLocal_, peerLocal, head);
     size_t fragment = std::min<size_t>(p.ringSlotBytes, op.bytes - op.done);
     auto* header = reinterpret_cast<SlotHeader*>(slot);
+    if (fragment) {
+      std::memcpy(Segment::slotPayload(slot, fragment),
+                  static_cast<const char*>(op.src) + op.done, fragment);
+    }
+    // The header line last and in one burst: the receiver is watching it, and every write to
+    // it while the receiver holds a copy costs another transfer of the line.
     header->fragmentBytes = fragment;
     header->messageBytes = op.bytes;
     header->offset = op.done;
-    if (fragment) {
-      std::memcpy(slot + Segment::kSlotHeaderBytes, static_cast<const char*>(op.src) + op.done,
-                  fragment);
-    }
-    std::atomic_ref<uint64_t>(header->sequence).store(head + 1, std::memory_order_release);
+    header->sequence.store(head + 1, std::memory_order_release);
     ring->head.store(head + 1, std::memory_order_relaxed);
     op.done += fragment;
     op.started = true;
@@ -55,34 +57,37 @@ Result<bool> ShmTransport::progressRecv(TransferOp& op) {
   while (!op.started || op.done < op.bytes) {
     uint64_t tail = ring->tail.load(std::memory_order_relaxed);
     char* slot = segment_.ringSlot(peerLocal, myLocal_, tail);
-    auto* published = reinterpret_cast<SlotHeader*>(slot);
-    if (std::atomic_ref<uint64_t>(published->sequence).load(std::memory_order_acquire) != tail + 1)
+    const auto* header = reinterpret_cast<const SlotHeader*>(slot);
+    const uint64_t sequence = header->sequence.load(std::memory_order_acquire);
+    if (sequence != tail + 1) {
+      op.watchWord = &header->sequence;
+      op.watchSeen = sequence;
       return false;
-    SlotHeader header;
-    std::memcpy(&header, slot, sizeof(header));
-    if (header.messageBytes != op.bytes) {
+    }
+    const uint64_t fragmentBytes = header->fragmentBytes;
+    if (header->messageBytes != op.bytes) {
       activeRecv_[op.peer] = nullptr;
       return makeError(Code::kInvalidUsage,
                        "rank %d expected a message of %zu bytes from rank %d but rank %d sent "
                        "%llu bytes (mismatched count or datatype between the two calls)",
                        myRank_, op.bytes, op.peer, op.peer,
-                       static_cast<unsigned long long>(header.messageBytes));
+                       static_cast<unsigned long long>(header->messageBytes));
     }
-    if (header.offset != op.done) {
+    if (header->offset != op.done) {
       activeRecv_[op.peer] = nullptr;
       return makeError(Code::kInternalError,
                        "shm ring from rank %d out of order (offset %llu, "
                        "expected %zu)",
-                       op.peer, static_cast<unsigned long long>(header.offset), op.done);
+                       op.peer, static_cast<unsigned long long>(header->offset), op.done);
     }
-    if (header.fragmentBytes) {
-      applyRecvAction(op, op.done, slot + Segment::kSlotHeaderBytes, header.fragmentBytes);
-    }
-    op.done += header.fragmentBytes;
+    if (fragmentBytes)
+      applyRecvAction(op, op.done, Segment::slotPayload(slot, fragmentBytes), fragmentBytes);
+    op.done += fragmentBytes;
     op.started = true;
     ring->tail.store(tail + 1, std::memory_order_release);
   }
   activeRecv_[op.peer] = nullptr;
+  op.watchWord = nullptr;
   return true;
 }
 
