@@ -16,7 +16,7 @@ constexpr size_t kRootReadBudget = 1 << 20;
 
 Status reduceDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
   const size_t bytes = a.count * elementSize(a);
-  if (bytes > c.windowBytes || bytes * c.nranks > std::max(kRootReadBudget, c.oneShotMaxBytes)) {
+  if (bytes > c.windowBytes || bytes * c.nranks > kRootReadBudget) {
     twoShotDirect(b, a, c, a.root);
     return Status::ok();
   }

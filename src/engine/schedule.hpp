@@ -78,6 +78,8 @@ struct Schedule {
     callbacks.clear();
     stepDone.clear();
     groups = 0;
+    descriptor = {};  // a call that publishes none must not carry the last one's
+    signature = 0;
     userCopies = CopyKind::kCached;
   }
 
