@@ -32,8 +32,8 @@ Result<bool> ShmTransport::progressSend(TransferOp& op) {
     size_t fragment = std::min<size_t>(p.ringSlotBytes, op.bytes - op.done);
     auto* header = reinterpret_cast<SlotHeader*>(slot);
     if (fragment) {
-      std::memcpy(Segment::slotPayload(slot, fragment),
-                  static_cast<const char*>(op.src) + op.done, fragment);
+      std::memcpy(Segment::slotPayload(slot, fragment), static_cast<const char*>(op.src) + op.done,
+                  fragment);
     }
     // The header line last and in one burst: the receiver is watching it, and every write to
     // it while the receiver holds a copy costs another transfer of the line.
