@@ -38,7 +38,15 @@ Result<Message*> EfaTransport::start(TransferOp& op, bool send) {
   m->fragBytes = fragmentBytes(op.bytes);
   m->fragments =
       static_cast<uint32_t>(std::max<size_t>(1, (op.bytes + m->fragBytes - 1) / m->fragBytes));
-  m->staged = !send && op.action.kind == RecvAction::Kind::kReduce;
+  if (!send && op.action.kind == RecvAction::Kind::kReduce) {
+    // Straight into the destination when that cannot overwrite the local operand before it is
+    // read: no staging copy, and the reduction then finds the fragment already in cache.
+    const auto* dst = static_cast<const char*>(op.dst);
+    const auto* local = static_cast<const char*>(op.action.local);
+    const bool overlap = local < dst + op.bytes && dst < local + op.bytes;
+    m->staged = overlap;
+    m->reducesInDestination = !overlap;
+  }
   const size_t threshold = pairRendezvous_[op.peer];
   m->rendezvous = threshold > 0 && op.bytes >= threshold;
   const int railsUsed = std::min<int>(pairRails_[op.peer], static_cast<int>(m->fragments));
@@ -287,7 +295,7 @@ Result<bool> EfaTransport::postRendezvousRecv(Message& m, TransferOp& op) {
     });
     if (!posted.isOk() || !posted.value()) return posted;
   }
-  if (m.completed < m.fragments || (m.staged && m.applied < m.fragments)) return false;
+  if (m.completed < m.fragments || (m.reduces() && m.applied < m.fragments)) return false;
   if (m.ctrlPosted == 1) {
     auto fc = std::make_unique<FragmentContext>();
     fc->message = &m;

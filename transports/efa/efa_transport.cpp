@@ -297,7 +297,8 @@ void EfaTransport::bookCompletion(FragmentContext& fc, const fi_cq_tagged_entry&
     if ((sizeDiffers || lengthDiffers) && m.error.isOk()) m.error = sizeMismatch(m);
     if (fc.kind == OpKind::kAnnounce && m.error.isOk()) bookAnnouncement(m, entry);
   }
-  if (m.staged && (fc.kind == OpKind::kData || fc.kind == OpKind::kRead)) m.arrived.push_back(&fc);
+  if (m.reduces() && (fc.kind == OpKind::kData || fc.kind == OpKind::kRead))
+    m.arrived.push_back(&fc);
 }
 
 void EfaTransport::releaseResources(Message& m) {
@@ -379,13 +380,16 @@ Result<bool> EfaTransport::finish(Message& m, TransferOp& op) {
       caches_[fc->rail]->release(fc->stagingMr);
       returnStaging(fc->staging, fc->bytes);
       fc->staging = nullptr;
+    } else if (m.reducesInDestination && fc->bytes) {
+      char* landed = static_cast<char*>(op.dst) + fc->offset;
+      applyRecvAction(op, fc->offset, landed, fc->bytes);  // dst = op(fragment, local), in place
     }
     ++m.applied;
   }
   m.arrived.clear();
   // A rendezvous sender moves no fragments itself: the receiver reads them.
   const uint32_t dataOps = m.rendezvous && m.send ? 0 : m.fragments;
-  if (m.completed < dataOps || (m.staged && m.applied < m.fragments)) return false;
+  if (m.completed < dataOps || (m.reduces() && m.applied < m.fragments)) return false;
   if (m.rendezvous && m.ctrlCompleted < 2) return false;  // announce + done, both ways
   if (m.rendezvous && !m.send) ++rendezvousReceives_;
   releaseResources(m);

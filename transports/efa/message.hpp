@@ -76,7 +76,10 @@ struct AnnounceHeader {
 struct Message {
   int peer = -1;
   bool send = false;
+  // Receives that reduce: fragments land in staging buffers when the destination overlaps
+  // the local operand (in place), else straight in the destination and are reduced there.
   bool staged = false;
+  bool reducesInDestination = false;
   bool rendezvous = false;
   uint32_t seq = 0;
   size_t bytes = 0;
@@ -84,7 +87,7 @@ struct Message {
   uint32_t fragments = 0;
   uint32_t posted = 0;      // data fragments: eager sends / receives, or rendezvous reads
   uint32_t completed = 0;   //
-  uint32_t applied = 0;     // staged fragments folded into the destination
+  uint32_t applied = 0;     // arrived fragments reduced into the destination
   uint32_t ctrlPosted = 0;  // rendezvous control messages (announce, done): at most 2
   uint32_t ctrlCompleted = 0;
   int slot = -1;                     // control slot holding the announcement
@@ -92,11 +95,12 @@ struct Message {
   std::vector<RemoteBuffer> remote;  // receiver: the sender's buffer, per rail
   std::vector<MrCache::Entry*> mr;   // per rail: the whole user buffer
   std::vector<std::unique_ptr<FragmentContext>> contexts;
-  std::vector<FragmentContext*> arrived;  // staged, not yet applied
+  std::vector<FragmentContext*> arrived;  // reduce receives: arrived, not yet reduced
   Status error;
   bool orphaned = false;  // its operation failed; freed once the provider is done with it
 
   bool providerDone() const { return completed >= posted && ctrlCompleted >= ctrlPosted; }
+  bool reduces() const { return staged || reducesInDestination; }
 };
 
 // Small registered buffers for rendezvous announcements, handed out and returned by index.
