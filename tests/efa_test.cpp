@@ -225,13 +225,16 @@ TEST(EfaTransport, UserRegisteredBuffersAreUsedWhateverTheCachePolicy) {
 }
 
 // Sends `count` int32 (i * a) from a to b, whose receive sums them into its own (b - i);
-// returns "" or the first error or wrong element.
-std::string reducingTransfer(Pair& p, size_t count, int32_t a, int32_t b) {
-  std::vector<int32_t> incoming(count), local(count), out(count, 0);
+// returns "" or the first error or wrong element. Out of place the fragments land in the
+// output and are reduced there; in place (the output is the local operand) they must go
+// through staging, or the local values would be overwritten before they are read.
+std::string reducingTransfer(Pair& p, size_t count, int32_t a, int32_t b, bool inPlace = false) {
+  std::vector<int32_t> incoming(count), local(count), separate(count, 0);
   for (size_t i = 0; i < count; ++i) {
     incoming[i] = static_cast<int32_t>(i * a);
     local[i] = static_cast<int32_t>(b - i);
   }
+  std::vector<int32_t>& out = inPlace ? local : separate;
   auto [send, recv] = aToB(incoming.data(), count * 4, out.data(), count * 4);
   recv.action.kind = RecvAction::Kind::kReduce;
   recv.action.dtype = trncclInt32;
@@ -248,7 +251,10 @@ std::string reducingTransfer(Pair& p, size_t count, int32_t a, int32_t b) {
 TEST(EfaTransport, ReducingReceiveFoldsEveryFragmentIn) {
   Pair p = connectedPair("tcp;ofi_rxm", 2);
   ASSERT_TRUE(p.a && p.b);
-  EXPECT_EQ(reducingTransfer(p, (5 << 20) / 4 + 3, 3, 7), "");  // several fragments, ragged
+  for (bool inPlace : {false, true}) {
+    SCOPED_TRACE(inPlace ? "in place (staged)" : "out of place (in the destination)");
+    EXPECT_EQ(reducingTransfer(p, (5 << 20) / 4 + 3, 3, 7, inPlace), "");  // ragged end
+  }
 }
 
 // One message from a to b; returns "" or the first error, and checks the bytes arrived.
@@ -291,12 +297,13 @@ TEST(EfaTransport, RendezvousReadsLargeMessagesStripedOverRails) {
   }
 }
 
-TEST(EfaTransport, RendezvousReducingReceiveReadsIntoStaging) {
+TEST(EfaTransport, RendezvousReducingReceiveReadsIntoPlaceOrStaging) {
   Pair p = connectedPair("tcp;ofi_rxm", 2, 1 << 20, 1 << 20);
   ASSERT_TRUE(p.a && p.b);
   // More fragments than the staging window, and a ragged end.
   EXPECT_EQ(reducingTransfer(p, (9 << 20) / 4 + 5, 5, 3), "");
-  EXPECT_EQ(p.b->rendezvousReceives(), 1u);
+  EXPECT_EQ(reducingTransfer(p, (9 << 20) / 4 + 5, 5, 3, /*inPlace=*/true), "");
+  EXPECT_EQ(p.b->rendezvousReceives(), 2u);
 }
 
 // Each side computes the pair's threshold from both published values: the larger one, or
