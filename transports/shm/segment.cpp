@@ -17,10 +17,6 @@ namespace {
 
 constexpr uint64_t kMagic = 0x74726e6363534847ULL;  // "trnccSHG"
 
-size_t alignUp(size_t value, size_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
-
 }  // namespace
 
 size_t Segment::layout(const SegmentParams& p, uint64_t* rankAreaBytes, uint64_t* ringBytes) {

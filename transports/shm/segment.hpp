@@ -70,6 +70,10 @@ constexpr size_t llLinesFor(size_t bytes) {
   return std::max<size_t>(1, (bytes + kLLPayloadBytes - 1) / kLLPayloadBytes);
 }
 
+constexpr size_t alignUp(size_t value, size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
 struct alignas(64) LLLine {
   char payload[kLLPayloadBytes];
   std::atomic<uint64_t> tag;
@@ -155,7 +159,7 @@ class Segment {
 
  private:
   // The header's page(s) come first; the rank areas follow.
-  static constexpr size_t rankAreasOffset() { return (sizeof(SegmentHeader) + 4095) / 4096 * 4096; }
+  static constexpr size_t rankAreasOffset() { return alignUp(sizeof(SegmentHeader), 4096); }
   static size_t layout(const SegmentParams& params, uint64_t* rankAreaBytes, uint64_t* ringBytes);
   char* base_ = nullptr;
   size_t mappedBytes_ = 0;
