@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace trnccl::efa {
@@ -87,27 +88,32 @@ Result<MrCache::Entry*> MrCache::registerUser(const void* addr, size_t bytes) {
   return result;
 }
 
+MrCache::UserMap::const_iterator MrCache::findUser(const Entry* entry) const {
+  // Compares pointers only: a released handle must not be dereferenced.
+  return std::find_if(user_.begin(), user_.end(),
+                      [&](const auto& filed) { return filed.second.get() == entry; });
+}
+
+Status MrCache::releasableAt(UserMap::const_iterator it) const {
+  if (it == user_.end())
+    return makeError(Code::kInvalidArgument,
+                     "not a registration of this transport (released already?)");
+  const Entry& entry = *it->second;
+  if (entry.inUse > 0)
+    return makeError(Code::kInvalidUsage,
+                     "the buffer at %p is still in use by %d posted network operation(s)",
+                     reinterpret_cast<void*>(entry.start), entry.inUse);
+  return Status::ok();
+}
+
 Status MrCache::releasable(const Entry* entry) const {
-  // Compares pointers before touching the entry.
-  for (const auto& [start, candidate] : user_) {
-    if (candidate.get() != entry) continue;
-    if (entry->inUse > 0)
-      return makeError(Code::kInvalidUsage,
-                       "the buffer at %p is still in use by %d posted network operation(s)",
-                       reinterpret_cast<void*>(entry->start), entry->inUse);
-    return Status::ok();
-  }
-  return makeError(Code::kInvalidArgument,
-                   "not a registration of this transport (released already?)");
+  return releasableAt(findUser(entry));
 }
 
 Status MrCache::deregisterUser(Entry* entry) {
-  TRNCCL_RETURN_IF_ERROR(releasable(entry));
-  for (auto it = user_.begin(); it != user_.end(); ++it)
-    if (it->second.get() == entry) {
-      user_.erase(it);  // closes the MR
-      break;
-    }
+  auto it = findUser(entry);
+  TRNCCL_RETURN_IF_ERROR(releasableAt(it));
+  user_.erase(it);  // closes the MR
   return Status::ok();
 }
 

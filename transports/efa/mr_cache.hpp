@@ -65,13 +65,18 @@ class MrCache {
   // Registers whole pages around [addr, addr + bytes); the entry is not yet filed anywhere.
   Result<std::unique_ptr<Entry>> registerPages(const void* addr, size_t bytes);
   void evictIdle();
+  using UserMap = std::multimap<uintptr_t, std::unique_ptr<Entry>>;
+  // user_'s element holding `entry`, or end(); releasableAt judges it, so that releasing
+  // looks the entry up once.
+  UserMap::const_iterator findUser(const Entry* entry) const;
+  Status releasableAt(UserMap::const_iterator it) const;
 
   Rail& rail_;
   size_t maxEntries_;
   std::map<uintptr_t, std::unique_ptr<Entry>> entries_;  // by start address
   std::list<std::unique_ptr<Entry>> retired_;           // replaced while in flight; freed once idle
   std::map<Entry*, std::unique_ptr<Entry>> transient_;  // uncached, in use
-  std::multimap<uintptr_t, std::unique_ptr<Entry>> user_;  // by start address; may overlap
+  UserMap user_;                                        // by start address; may overlap
   uint64_t clock_ = 0;
   uint64_t nextKey_ = 1;
   size_t registrations_ = 0;
