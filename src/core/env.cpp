@@ -20,7 +20,9 @@ const Var kTimeout{"TRNCCL_TIMEOUT", Kind::kSeconds, "300",
                    "still missing."};
 const Var kSpinCount{"TRNCCL_SPIN_COUNT", Kind::kInt, "2000",
                      "Polls a waiting rank spins before it starts yielding the core "
-                     "(sched_yield); lower it when ranks outnumber cores."};
+                     "(sched_yield). When ranks outnumber this machine's cores it is capped at "
+                     "50, and at 0 for communicators that use the efa transport (each of their "
+                     "polls reads libfabric's queues, a system call with tcp)."};
 const Var kHostId{"TRNCCL_HOSTID", Kind::kString, "",
                   "Overrides this process's host identity (default: hash of hostname and boot "
                   "id). Ranks with different values are treated as different nodes."};
