@@ -121,6 +121,8 @@ std::string Planner::planTable() const {
     if (kind == CollKind::kAllReduce && algo.isOk() && algo.value() == Algorithm::kDirect)
       table += strformat("(lines<=%zuB,one-shot<=%zuB,two-shot above)", view_.llMaxBytes,
                          view_.oneShotMaxBytes);
+    if (kind == CollKind::kAllReduce && algo.isOk() && algo.value() == Algorithm::kRing)
+      table += strformat("(recursive-doubling<=%zuB,ring above)", kRecursiveDoublingMaxBytes);
     if (kind == CollKind::kAllGather && algo.isOk() && algo.value() == Algorithm::kDirect)
       table += strformat("(lines<=%zuB per rank,windows above)", view_.llMaxBytes);
     if (kind == CollKind::kReduceScatter && algo.isOk() && algo.value() == Algorithm::kDirect)

@@ -116,6 +116,33 @@ TEST_P(Collectives, AllReduce) {
   });
 }
 
+// The ring family switches from recursive doubling to the ring above 256 KiB: both sides of
+// the limit, whatever the sweep's counts (the sanitizer pass keeps only small ones).
+TEST_P(Collectives, AllReduceAroundTheRecursiveDoublingLimit) {
+  run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    std::vector<Bytes> inputs;
+    Bytes want;
+    Guarded out;
+    const std::pair<trncclDataType_t, trncclRedOp_t> cases[] = {
+        {trncclFloat32, trncclSum}, {trncclFloat32, trncclAvg}, {trncclBfloat16, trncclMax}};
+    for (auto [t, op] : cases)
+      for (size_t bytes : {size_t{256} << 10, (size_t{256} << 10) + 64}) {
+        const size_t count = bytes / typeSize(t);
+        inputsOf(inputs, t, op, n, count, saltOf(t, op, count));
+        reduceReference(want, t, op, pointers(inputs), 0, count);
+        for (bool inPlace : {false, true}) {
+          std::string what = label("AllReduce", t, op, count, inPlace, rank);
+          out.reset(bytes);
+          if (inPlace) copyBytes(out.ptr(), inputs[rank].data(), bytes);
+          const void* send = inPlace ? out.ptr() : inputs[rank].data();
+          if (!ok(f, trncclAllReduce(send, out.ptr(), count, t, op, comm), what)) return;
+          expectSame(f, what, out.ptr(), want.data(), count, t);
+          if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+        }
+      }
+  });
+}
+
 TEST_P(Collectives, Reduce) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
     std::vector<Bytes> inputs;

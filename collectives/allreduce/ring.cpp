@@ -2,7 +2,8 @@
 // its successor while receiving and reducing another from its predecessor), then an all-gather
 // of the reduced segments (n-1 steps). Works over any transport. Each segment's final value
 // is computed by one rank and copied to the others, so results are bitwise identical on every
-// rank; fp16/bf16 partial sums are rounded at each hop (unlike the direct algorithm).
+// rank; fp16/bf16 partial sums are rounded at each hop (unlike the direct algorithm). Calls of
+// at most kRecursiveDoublingMaxBytes go by recursive doubling instead (fewer rounds).
 #include "collectives/direct_rounds.hpp"
 
 namespace trnccl {
@@ -18,6 +19,7 @@ Status allReduceRing(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
     b.copy(a.recvbuff, a.sendbuff, a.count * esize);
     return Status::ok();
   }
+  if (a.count * esize <= kRecursiveDoublingMaxBytes) return allReduceRecursiveDoubling(b, a, c);
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   auto segIn = [&](const void* buf, int s) {
     return byteAt(buf, partBegin(a.count, n, s) * esize);
