@@ -336,6 +336,9 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   if (onThisMachine > cores) {
     spinCount_ = std::min(spinCount_, efa_ ? 0 : 50);
     watchPauses_ = 1;
+    // And the pass reads the queues once: 4 ranks on 2 cores, 8 B all-reduce over tcp;ofi_rxm
+    // 133-166 -> 77-86 us against 8 reads.
+    if (efa_) efa_->setReadsPerPass(1);
   }
 
   TRNCCL_INFO(log::kInit,

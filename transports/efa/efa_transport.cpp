@@ -459,7 +459,7 @@ Status EfaTransport::endPass() {
   // progress inside the read (shm's handshakes need both sides to turn) then move several
   // steps per pass, and nothing is posted late because of it.
   const uint64_t before = completionsSeen_;
-  for (int read = 0; read < kReadsPerPass; ++read) {
+  for (int read = 0; read < readsPerPass_; ++read) {
     TRNCCL_RETURN_IF_ERROR(pollCompletions());
     if (completionsSeen_ != before) break;
   }

@@ -10,6 +10,7 @@
 // progress pass". Nothing here blocks: the progress engine polls, and owns every timeout.
 #pragma once
 
+#include <algorithm>
 #include <list>
 #include <memory>
 #include <string>
@@ -71,6 +72,9 @@ class EfaTransport : public Transport {
   // completion queues are then read once per pass, after all the pass's posts, instead of in
   // every progress call (what callers that never call it get).
   Status endPass();
+  // How many times endPass reads the queues while nothing completes (default 8). With more
+  // ranks than cores, 1: the peer that would complete something is likely not running.
+  void setReadsPerPass(int reads) { readsPerPass_ = std::max(1, reads); }
 
   // "provider tcp;ofi_rxm, fabric 127.0.0.1/32, domain lo, 2 rail(s), MR mode ..., rma".
   std::string describe() const;
@@ -137,7 +141,7 @@ class EfaTransport : public Transport {
   bool endOfPassPolling_ = false;  // endPass has been called: progress calls do not poll
   bool stepsThisPass_ = false;     // a step is waiting on the queues: endPass reads them
   uint64_t completionsSeen_ = 0;
-  static constexpr int kReadsPerPass = 8;
+  int readsPerPass_ = 8;
   std::list<std::unique_ptr<Message>> messages_;  // live messages (providers hold contexts)
   std::vector<std::pair<size_t, std::unique_ptr<char[]>>> staging_;  // free buffers
 };
