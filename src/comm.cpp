@@ -434,9 +434,12 @@ Status Communicator::healthLocked(Operation& op) {
     // Over the network a peer's last message can still be on its way (in socket buffers, or
     // not yet read by the provider) when that peer has already finished and left: keep
     // progressing for a grace period before calling it a different number of calls.
+    // Its process may exit within that grace too: its delivered bytes are still readable.
+    bool inGrace = false;
     if (departed && ctx_.transportOfPeer[peer] == efa_.get()) {
       if (departedSeenNs_ == 0) departedSeenNs_ = now;
-      departed = now - departedSeenNs_ > kDepartedGraceNs;
+      inGrace = now - departedSeenNs_ <= kDepartedGraceNs;
+      departed = !inGrace;
     }
     if (departed)
       return makeError(Code::kInvalidUsage,
@@ -444,7 +447,7 @@ Status Communicator::healthLocked(Operation& op) {
                        "ranks made different numbers of calls",
                        describePeer(peer).c_str(), op.blockedOn());
     TRNCCL_RETURN_IF_ERROR(op.probeMismatch(ctx_, local));
-    if (watch_.isDead(peer))
+    if (!inGrace && watch_.isDead(peer))
       return makeError(Code::kRemoteError,
                        "%s exited while this rank was %s it; the job cannot continue (look at "
                        "rank %d's output for why it died)",
