@@ -2,11 +2,14 @@
 // of this process (striping over rails, registration cache, reducing receives), provider
 // errors, a peer dying under libfabric traffic, and communicators created and destroyed in a
 // loop without leaking fabric objects. Loopback only (FI_TCP_IFACE=lo).
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -371,6 +374,46 @@ TEST(EfaTransport, LongerMessageInWholeFragmentsIsAMismatch) {
     (void)p.a->progressSend(send);
   }
   EXPECT_TRUE(contains(error, "different size than the 524288 bytes")) << error;
+}
+
+// A fabricated fi_getinfo answer: one tcp-style info per (interface, IPv4 address, network).
+efa::InfoPtr socketInfos(const std::vector<std::array<const char*, 3>>& interfaces) {
+  fi_info* head = nullptr;
+  fi_info** tail = &head;
+  for (const auto& [name, address, network] : interfaces) {
+    fi_info* info = fi_allocinfo();
+    info->domain_attr->name = strdup(name);
+    info->fabric_attr->name = strdup(network);
+    info->addr_format = FI_SOCKADDR_IN;
+    auto* in = static_cast<sockaddr_in*>(calloc(1, sizeof(sockaddr_in)));
+    in->sin_family = AF_INET;
+    inet_pton(AF_INET, address, &in->sin_addr);
+    info->src_addr = in;
+    info->src_addrlen = sizeof(sockaddr_in);
+    *tail = info;
+    tail = &info->next;
+  }
+  return efa::InfoPtr(head);
+}
+
+std::vector<std::string> domainNames(const std::vector<fi_info*>& infos) {
+  std::vector<std::string> names;
+  for (const fi_info* i : infos) names.push_back(i->domain_attr->name);
+  return names;
+}
+
+// Every rail's address is published to peers on other hosts: rails stay off loopback and off
+// other networks than the first interface's (a container bridge), unless loopback is all
+// there is (one machine).
+TEST(EfaTransport, RailsUseOnlyInterfacesOtherHostsCanReach) {
+  auto hosts = socketInfos({{"veth0", "10.251.1.1", "10.251.1.0/24"},
+                            {"lo", "127.0.0.1", "127.0.0.0/8"},
+                            {"docker0", "172.17.0.1", "172.17.0.0/16"},
+                            {"eth1", "10.251.1.7", "10.251.1.0/24"}});
+  EXPECT_EQ(domainNames(efa::railCandidates(hosts.get())),
+            (std::vector<std::string>{"veth0", "eth1"}));
+  auto loopbackOnly = socketInfos({{"lo", "127.0.0.1", "127.0.0.0/8"}});
+  EXPECT_EQ(domainNames(efa::railCandidates(loopbackOnly.get())), (std::vector<std::string>{"lo"}));
 }
 
 TEST(EfaTransport, UnknownProviderListsWhatFiGetinfoOffers) {

@@ -78,6 +78,9 @@ sizes=(-b 8 -e 8M -f 8 -c 1 -n 3 -w 1)
 for tool in all_reduce_perf alltoall_perf broadcast_perf; do
   run_job "clean link" "$tool" "${sizes[@]}"
 done
+# Messages of several fragments (eager from 512 KiB, rendezvous reads from 1 MiB), striped over
+# every rail: each rail must reach the other host (a rail on lo once swallowed them).
+run_job "clean link, several fragments" sendrecv_perf -b 600K -e 2400K -f 2 -c 1 -n 3 -w 1
 
 # A slow link: in each namespace an nftables rule redirects TCP connections to the other
 # namespace onto a relay (tests/netns_relay.py) that delays every byte 2 ms each way. Needs

@@ -1,5 +1,8 @@
 #include "transports/efa/fabric.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <rdma/fi_cm.h>
 #include <rdma/fi_errno.h>
 
@@ -93,6 +96,41 @@ std::string describeOffered() {
   return text;
 }
 
+namespace {
+
+bool isLoopback(const fi_info* info) {
+  if (info->addr_format != FI_SOCKADDR_IN || !info->src_addr) return false;
+  const auto* in = static_cast<const sockaddr_in*>(info->src_addr);
+  return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+}
+
+}  // namespace
+
+// One info per distinct domain (NIC), IPv4 addressing where the provider offers both. A peer
+// reads a rail's address and connects to it, so every rail must be reachable from other
+// hosts: an interface on another IP network than the first (a container bridge, say) carries
+// an address that may lead elsewhere, and a loopback one leads into the peer's own host (with
+// tcp over a veth pair plus lo, fragments striped onto lo never arrived). Loopback is used
+// only when nothing else is offered: one machine, FI_TCP_IFACE=lo.
+std::vector<fi_info*> railCandidates(fi_info* infos) {
+  std::vector<fi_info*> domains, loopback;
+  std::set<std::string> names;
+  for (fi_info* i = infos; i; i = i->next) {
+    if (i->addr_format == FI_SOCKADDR_IN6) continue;
+    if (!names.insert(i->domain_attr->name).second) continue;
+    (isLoopback(i) ? loopback : domains).push_back(i);
+  }
+  if (domains.empty()) return loopback;
+  // Socket-addressed providers (tcp) name the fabric after the interface's network; EFA
+  // devices are told apart by their own addresses and all reach the same fabric.
+  const fi_info* first = domains.front();
+  if (first->addr_format == FI_SOCKADDR_IN)
+    std::erase_if(domains, [&](const fi_info* i) {
+      return std::strcmp(first->fabric_attr->name, i->fabric_attr->name) != 0;
+    });
+  return domains;
+}
+
 Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails,
                                       const std::string& topologyXml) {
   std::vector<std::string> order;
@@ -115,13 +153,7 @@ Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails,
       continue;
     }
     choice.infos = std::move(infos.value());
-    // One info per distinct domain (NIC); prefer IPv4 addressing where the provider offers both.
-    std::vector<fi_info*> domains;
-    std::set<std::string> names;
-    for (fi_info* i = choice.infos.get(); i; i = i->next) {
-      if (i->addr_format == FI_SOCKADDR_IN6) continue;
-      if (names.insert(i->domain_attr->name).second) domains.push_back(i);
-    }
+    auto domains = railCandidates(choice.infos.get());
     if (domains.empty()) domains.push_back(choice.infos.get());
     if (rails > 0) {
       for (int r = 0; r < rails; ++r) choice.use.push_back(domains[r % domains.size()]);

@@ -71,6 +71,9 @@ struct ProviderChoice {
 Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails,
                                       const std::string& topologyXml = "");
 
+// The infos rails may use, one per domain: see fabric.cpp for which are left out and why.
+std::vector<fi_info*> railCandidates(fi_info* infos);
+
 // What fi_getinfo offers without our hints: "tcp;ofi_rxm (lo), shm (shm), ...".
 std::string describeOffered();
 
