@@ -92,27 +92,38 @@ std::vector<const Bytes*> pointers(const std::vector<Bytes>& inputs) {
   return p;
 }
 
+// One all-reduce of `count` elements checked against the serial reference, out of place and in
+// place; returns false when a call failed (the caller stops). Buffers are kept between calls.
+struct AllReduceCheck {
+  std::vector<Bytes> inputs;
+  Bytes want;
+  Guarded out;
+
+  bool run(Failures& f, trncclComm_t comm, int rank, int n, trncclDataType_t t, trncclRedOp_t op,
+           size_t count) {
+    inputsOf(inputs, t, op, n, count, saltOf(t, op, count));
+    reduceReference(want, t, op, pointers(inputs), 0, count);
+    size_t bytes = count * typeSize(t);
+    for (bool inPlace : {false, true}) {
+      std::string what = label("AllReduce", t, op, count, inPlace, rank);
+      out.reset(bytes);
+      if (inPlace) copyBytes(out.ptr(), inputs[rank].data(), bytes);
+      const void* send = inPlace ? out.ptr() : inputs[rank].data();
+      if (!ok(f, trncclAllReduce(send, out.ptr(), count, t, op, comm), what)) return false;
+      expectSame(f, what, out.ptr(), want.data(), count, t);
+      if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+    }
+    return true;
+  }
+};
+
 TEST_P(Collectives, AllReduce) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
-    std::vector<Bytes> inputs;
-    Bytes want;
-    Guarded out;
+    AllReduceCheck check;
     for (auto t : reducibleTypes())
       for (auto op : allOps())
-        for (size_t count : sweepCounts()) {
-          inputsOf(inputs, t, op, n, count, saltOf(t, op, count));
-          reduceReference(want, t, op, pointers(inputs), 0, count);
-          size_t bytes = count * typeSize(t);
-          for (bool inPlace : {false, true}) {
-            std::string what = label("AllReduce", t, op, count, inPlace, rank);
-            out.reset(bytes);
-            if (inPlace) copyBytes(out.ptr(), inputs[rank].data(), bytes);
-            const void* send = inPlace ? out.ptr() : inputs[rank].data();
-            if (!ok(f, trncclAllReduce(send, out.ptr(), count, t, op, comm), what)) return;
-            expectSame(f, what, out.ptr(), want.data(), count, t);
-            if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
-          }
-        }
+        for (size_t count : sweepCounts())
+          if (!check.run(f, comm, rank, n, t, op, count)) return;
   });
 }
 
@@ -120,26 +131,12 @@ TEST_P(Collectives, AllReduce) {
 // the limit, whatever the sweep's counts (the sanitizer pass keeps only small ones).
 TEST_P(Collectives, AllReduceAroundTheRecursiveDoublingLimit) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
-    std::vector<Bytes> inputs;
-    Bytes want;
-    Guarded out;
+    AllReduceCheck check;
     const std::pair<trncclDataType_t, trncclRedOp_t> cases[] = {
         {trncclFloat32, trncclSum}, {trncclFloat32, trncclAvg}, {trncclBfloat16, trncclMax}};
     for (auto [t, op] : cases)
-      for (size_t bytes : {size_t{256} << 10, (size_t{256} << 10) + 64}) {
-        const size_t count = bytes / typeSize(t);
-        inputsOf(inputs, t, op, n, count, saltOf(t, op, count));
-        reduceReference(want, t, op, pointers(inputs), 0, count);
-        for (bool inPlace : {false, true}) {
-          std::string what = label("AllReduce", t, op, count, inPlace, rank);
-          out.reset(bytes);
-          if (inPlace) copyBytes(out.ptr(), inputs[rank].data(), bytes);
-          const void* send = inPlace ? out.ptr() : inputs[rank].data();
-          if (!ok(f, trncclAllReduce(send, out.ptr(), count, t, op, comm), what)) return;
-          expectSame(f, what, out.ptr(), want.data(), count, t);
-          if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
-        }
-      }
+      for (size_t bytes : {size_t{256} << 10, (size_t{256} << 10) + 64})
+        if (!check.run(f, comm, rank, n, t, op, bytes / typeSize(t))) return;
   });
 }
 
