@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!std::getenv("FI_TCP_IFACE")) setenv("FI_TCP_IFACE", "lo", 1);  // loopback only
+  efa::pinSocketProviders("lo", /*overwrite=*/false);  // loopback only
   int toChild[2], toParent[2];
   if (pipe(toChild) || pipe(toParent)) die("pipe failed");
   pid_t child = fork();

@@ -16,6 +16,7 @@
 
 #include "bootstrap/bootstrap.hpp"
 #include "core/env.hpp"
+#include "transports/efa/fabric.hpp"
 #include "trnccl.h"
 
 extern char** environ;
@@ -29,7 +30,8 @@ void usage(FILE* out) {
                "  Starts N ranks of PROGRAM on this machine with TRNCCL_RANK, TRNCCL_NRANKS and\n"
                "  TRNCCL_UNIQUE_ID set. --hostids gives rank i the TRNCCL_HOSTID A, B, ...\n"
                "  (cycled), to emulate several nodes. Exits non-zero if any rank fails.\n"
-               "  FI_TCP_IFACE defaults to lo (libfabric's tcp provider stays on loopback).\n"
+               "  FI_TCP_IFACE and FI_NET_IFACE default to lo (libfabric's socket providers stay\n"
+               "  on loopback).\n"
                "  One job from several launchers (e.g. one per network namespace): each starts\n"
                "  ranks K..K+N-1 of TOTAL; the one with --first-rank 0 creates the unique id\n"
                "  and writes it to PATH (its root listens on TRNCCL_BOOTSTRAP_ADDR), the others\n"
@@ -148,9 +150,10 @@ int main(int argc, char** argv) {
     env.push_back(std::string(trnccl::env::kRank.name) + "=" + std::to_string(rank));
     env.push_back(std::string(trnccl::env::kNranks.name) + "=" + std::to_string(totalRanks));
     env.push_back(std::string(trnccl::env::kUniqueId.name) + "=" + idHex);
-    // Every rank of this launcher is on this machine: libfabric's tcp provider stays on the
-    // loopback interface unless the user pinned it elsewhere.
-    if (!std::getenv("FI_TCP_IFACE")) env.push_back("FI_TCP_IFACE=lo");
+    // Every rank of this launcher is on this machine: libfabric's socket providers stay on
+    // the loopback interface unless the user pinned them elsewhere.
+    for (const char* pin : trnccl::efa::kSocketInterfaceVariables)
+      if (!std::getenv(pin)) env.push_back(std::string(pin) + "=lo");
     if (!hostIds.empty())
       env.push_back(std::string(trnccl::env::kHostId.name) + "=" + hostIds[rank % hostIds.size()]);
     std::vector<char*> envp;

@@ -16,8 +16,9 @@ Installs the Debian packages (scripts/install-deps.sh), builds (scripts/build.sh
      each with -c 0 -M 1 -R 5 -J (trnccl and Open MPI interleaved, medians of 5 timings).
      Sizes up to 1 MiB use -n 20 -w 5; larger sizes -n 10 -w 2 to keep the sweep short.
   2. the efa transport on loopback: fabric_pingpong (raw libfabric beside the transport,
-     tcp;ofi_rxm and shm providers, medians of 5) and all_reduce_perf over
-     TRNCCL_TRANSPORT=efa (tcp;ofi_rxm) beside Open MPI's tcp BTL and its ofi MTL, 256 KiB-64 MiB.
+     net, tcp;ofi_rxm and shm providers, medians of 5) and all_reduce_perf over
+     TRNCCL_TRANSPORT=efa beside Open MPI's tcp BTL and its ofi MTL, 256 KiB-64 MiB (trnccl over
+     net against both, and over tcp;ofi_rxm against the MTL on tcp;ofi_rxm).
   3. the micro benchmarks (kernels_bench, shm_ring_bench, and any of fabric_bench,
      planner_bench that are built) with 5 repetitions, median/mean/stddev aggregates.
   4. plot.py -> docs/perf/*.png and report.py -> docs/PERFORMANCE.md.
@@ -190,22 +191,29 @@ else
   # first registrations (1 MiB out of place measured 504 us against 282 in place right after).
   efa_sizes=(-b 256K -e 64M -f 4 -n 10 -w 5)
 fi
-for prov in "tcp;ofi_rxm" shm; do
+for prov in net "tcp;ofi_rxm" shm; do
   run_logged "$out/efa/fabric_pingpong_${prov%%;*}.txt" \
-    timeout -k 10 "$run_timeout" env FI_TCP_IFACE=lo "$BIN/fabric_pingpong" -p "$prov" "${pp_flags[@]}"
+    timeout -k 10 "$run_timeout" env FI_TCP_IFACE=lo FI_NET_IFACE=lo \
+    "$BIN/fabric_pingpong" -p "$prov" "${pp_flags[@]}"
 done
-EFA_ENV=(-x TRNCCL_TRANSPORT=efa -x "TRNCCL_FI_PROVIDER=tcp;ofi_rxm" -x FI_TCP_IFACE=lo)
-run_logged "$out/logs/all_reduce_efa_mpi_tcp_btl.txt" \
-  timeout -k 10 "$run_timeout" "${MPIRUN[@]}" -np 2 "${EFA_ENV[@]}" \
-  --mca oob_tcp_if_include lo --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
-  "$BIN/all_reduce_perf" "${efa_sizes[@]}" -c 0 -M 1 -R "$repeats" \
-  -J "$out/efa/all_reduce_efa_vs_mpi_tcp_btl.jsonl"
-run_logged "$out/logs/all_reduce_efa_mpi_ofi_mtl.txt" \
-  timeout -k 10 "$run_timeout" "${MPIRUN[@]}" -np 2 "${EFA_ENV[@]}" \
-  --mca oob_tcp_if_include lo --mca pml cm --mca mtl ofi \
-  --mca mtl_ofi_provider_include "tcp;ofi_rxm" \
-  "$BIN/all_reduce_perf" "${efa_sizes[@]}" -c 0 -M 1 -R "$repeats" \
-  -J "$out/efa/all_reduce_efa_vs_mpi_ofi_mtl.jsonl"
+# trnccl over net (its default over TCP) beside the BTL and the MTL, and over tcp;ofi_rxm beside
+# the MTL on that same provider. Open MPI 4.1's ofi MTL cannot open net (libfabric 1.17: the
+# endpoint's listen fails), so tcp;ofi_rxm is the MTL's provider in both.
+efa_vs_mpi() {  # trnccl provider, file tag, what Open MPI runs (its mpirun arguments)
+  local prov="$1" tag="$2"
+  shift 2
+  run_logged "$out/logs/all_reduce_efa_$tag.txt" \
+    timeout -k 10 "$run_timeout" "${MPIRUN[@]}" -np 2 -x TRNCCL_TRANSPORT=efa \
+    -x "TRNCCL_FI_PROVIDER=$prov" -x FI_TCP_IFACE=lo -x FI_NET_IFACE=lo \
+    --mca oob_tcp_if_include lo "$@" \
+    "$BIN/all_reduce_perf" "${efa_sizes[@]}" -c 0 -M 1 -R "$repeats" \
+    -J "$out/efa/all_reduce_efa_$tag.jsonl"
+}
+BTL=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
+MTL=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include "tcp;ofi_rxm")
+efa_vs_mpi net net_vs_mpi_tcp_btl "${BTL[@]}"
+efa_vs_mpi net net_vs_mpi_ofi_mtl "${MTL[@]}"
+efa_vs_mpi "tcp;ofi_rxm" tcp_vs_mpi_ofi_mtl "${MTL[@]}"
 say "efa benchmarks took $((SECONDS - estart)) s"
 
 mstart=$SECONDS

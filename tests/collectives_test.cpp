@@ -1,8 +1,9 @@
 // Every collective x every data type x every op x the sweep's counts, in place and out of
 // place, for 1, 2, 3, 4, 5 and 8 real rank processes and for each algorithm family, against
 // the serial reference in support/reference.cpp. The Efa instantiation runs the same bodies
-// with every peer reached through libfabric (tcp;ofi_rxm pinned to loopback, and shm), and as
-// emulated nodes (TRNCCL_HOSTID alternating) mixing shm inside a node with efa between nodes.
+// with every peer reached through libfabric (net and tcp;ofi_rxm pinned to loopback, and shm),
+// and as emulated nodes (TRNCCL_HOSTID alternating) mixing shm inside a node with efa between
+// nodes over the default provider.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,24 +21,29 @@ struct Param {
   int nranks;
 };
 
-// "direct" / "ring": TRNCCL_ALGO. "efa-tcp" / "efa-shm": every peer over libfabric with that
-// provider. "nodes": ranks alternate between two emulated nodes (efa between them, tcp).
+// "direct" / "ring": TRNCCL_ALGO. "efa-net" / "efa-tcp" / "efa-shm": every peer over libfabric
+// with that provider (net, tcp;ofi_rxm, shm). "nodes": ranks alternate between two emulated
+// nodes, efa between them over the provider trnccl picks by default.
 // TRNCCL_STREAM_COPY_BYTES is low under "direct" and "ring" (see below).
 void configureRank(const std::string& config, int rank) {
-  setenv("FI_TCP_IFACE", "lo", 1);  // loopback only
+  setenv("FI_TCP_IFACE", "lo", 1);  // loopback only, for tcp and for net
+  setenv("FI_NET_IFACE", "lo", 1);
   if (config == "direct" || config == "ring") {
     setenv("TRNCCL_ALGO", config.c_str(), 1);
     // Most sweep sizes then take the streaming-store copies into user buffers, and the guard
     // bytes check their unaligned heads and tails; "nodes" keeps the default (cached) copies.
     setenv("TRNCCL_STREAM_COPY_BYTES", "4K", 1);
-  } else if (config == "efa-tcp" || config == "efa-shm") {
+  } else if (config == "efa-net" || config == "efa-tcp" || config == "efa-shm") {
     setenv("TRNCCL_TRANSPORT", "efa", 1);
-    setenv("TRNCCL_FI_PROVIDER", config == "efa-tcp" ? "tcp;ofi_rxm" : "shm", 1);
+    const char* provider = config == "efa-net"   ? "net"
+                           : config == "efa-tcp" ? "tcp;ofi_rxm"
+                                                 : "shm";
+    setenv("TRNCCL_FI_PROVIDER", provider, 1);
     // Over tcp, register user buffers per message, as on providers that pin pages (EFA).
     if (config == "efa-tcp") setenv("TRNCCL_EFA_MR_CACHE", "0", 1);
   } else if (config == "nodes") {
     setenv("TRNCCL_HOSTID", rank % 2 ? "node-b" : "node-a", 1);
-    setenv("TRNCCL_FI_PROVIDER", "tcp;ofi_rxm", 1);
+    unsetenv("TRNCCL_FI_PROVIDER");
   }
 }
 
@@ -358,7 +364,8 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Collectives,
                                             ::testing::Values(1, 2, 3, 4, 5, 8)),
                          paramName);
 INSTANTIATE_TEST_SUITE_P(Efa, Collectives,
-                         ::testing::Combine(::testing::Values("efa-tcp", "efa-shm", "nodes"),
+                         ::testing::Combine(::testing::Values("efa-net", "efa-tcp", "efa-shm",
+                                                              "nodes"),
                                             ::testing::Values(2, 3, 4)),
                          [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
                            std::string name = paramName(info);

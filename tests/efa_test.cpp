@@ -49,11 +49,14 @@ struct Pair {
   std::unique_ptr<efa::EfaTransport> a, b;
 };
 
+// The two ways over TCP: net (reliable datagrams in the provider) and tcp under ofi_rxm.
+constexpr const char* kSocketProviders[] = {"net", "tcp;ofi_rxm"};
+
 // rendezvousA/B: each side's TRNCCL_EFA_RNDV_BYTES (0 = eager only).
 Pair connectedPair(const std::string& provider, int rails, size_t rendezvousA = 0,
                    size_t rendezvousB = 0,
                    efa::EfaOptions::UserMrCache userMrCache = efa::EfaOptions::UserMrCache::kAuto) {
-  setenv("FI_TCP_IFACE", "lo", 1);
+  efa::pinSocketProviders("lo", /*overwrite=*/true);
   Pair p;
   efa::EfaOptions options;
   options.userMrCache = userMrCache;
@@ -111,23 +114,26 @@ std::string transfer(Pair& p, TransferOp& send, TransferOp& recv) {
 }
 
 TEST(EfaTransport, StripesLargeMessagesOverRailsAndCachesRegistrations) {
-  Pair p = connectedPair("tcp;ofi_rxm", 3);
-  ASSERT_TRUE(p.a && p.b);
-  EXPECT_TRUE(contains(p.a->describe(), "3 rail(s)")) << p.a->describe();
-  std::vector<float> src(3 << 20), dst(src.size(), -1.0f);  // 12 MiB: 24 fragments
-  std::iota(src.begin(), src.end(), 0.0f);
-  for (int round = 0; round < 2; ++round) {
-    auto [send, recv] =
-        aToB(src.data(), src.size() * sizeof(float), dst.data(), dst.size() * sizeof(float));
-    ASSERT_EQ(transfer(p, send, recv), "");
-    ASSERT_EQ(std::memcmp(src.data(), dst.data(), send.bytes), 0) << "round " << round;
+  for (const char* provider : kSocketProviders) {
+    SCOPED_TRACE(provider);
+    Pair p = connectedPair(provider, 3);
+    ASSERT_TRUE(p.a && p.b);
+    EXPECT_TRUE(contains(p.a->describe(), "3 rail(s)")) << p.a->describe();
+    std::vector<float> src(3 << 20), dst(src.size(), -1.0f);  // 12 MiB: 24 fragments
+    std::iota(src.begin(), src.end(), 0.0f);
+    for (int round = 0; round < 2; ++round) {
+      auto [send, recv] =
+          aToB(src.data(), src.size() * sizeof(float), dst.data(), dst.size() * sizeof(float));
+      ASSERT_EQ(transfer(p, send, recv), "");
+      ASSERT_EQ(std::memcmp(src.data(), dst.data(), send.bytes), 0) << "round " << round;
+    }
+    for (size_t r = 0; r < 3; ++r)
+      EXPECT_EQ(p.a->fragmentsPerRail()[r], 16u) << "rail " << r << " of the sender";
+    // Same buffers both rounds: one registration per rail each side, then cache hits.
+    EXPECT_EQ(p.a->registrations(), 3u);
+    EXPECT_EQ(p.a->registrationHits(), 3u);
+    EXPECT_EQ(p.b->registrations(), 3u);
   }
-  for (size_t r = 0; r < 3; ++r)
-    EXPECT_EQ(p.a->fragmentsPerRail()[r], 16u) << "rail " << r << " of the sender";
-  // Same buffers both rounds: one registration per rail each side, then cache hits.
-  EXPECT_EQ(p.a->registrations(), 3u);
-  EXPECT_EQ(p.a->registrationHits(), 3u);
-  EXPECT_EQ(p.b->registrations(), 3u);
 }
 
 // Where registration pins pages (EFA), a cached registration could outlive a freed buffer, so
@@ -252,11 +258,14 @@ std::string reducingTransfer(Pair& p, size_t count, int32_t a, int32_t b, bool i
 }
 
 TEST(EfaTransport, ReducingReceiveFoldsEveryFragmentIn) {
-  Pair p = connectedPair("tcp;ofi_rxm", 2);
-  ASSERT_TRUE(p.a && p.b);
-  for (bool inPlace : {false, true}) {
-    SCOPED_TRACE(inPlace ? "in place (staged)" : "out of place (in the destination)");
-    EXPECT_EQ(reducingTransfer(p, (5 << 20) / 4 + 3, 3, 7, inPlace), "");  // ragged end
+  for (const char* provider : kSocketProviders) {
+    SCOPED_TRACE(provider);
+    Pair p = connectedPair(provider, 2);
+    ASSERT_TRUE(p.a && p.b);
+    for (bool inPlace : {false, true}) {
+      SCOPED_TRACE(inPlace ? "in place (staged)" : "out of place (in the destination)");
+      EXPECT_EQ(reducingTransfer(p, (5 << 20) / 4 + 3, 3, 7, inPlace), "");  // ragged end
+    }
   }
 }
 
@@ -271,7 +280,7 @@ std::string sendBytes(Pair& p, size_t bytes, size_t receiverBytes = 0) {
 }
 
 TEST(EfaTransport, RendezvousReadsLargeMessagesStripedOverRails) {
-  for (const char* provider : {"tcp;ofi_rxm", "shm"}) {
+  for (const char* provider : {"net", "tcp;ofi_rxm", "shm"}) {
     SCOPED_TRACE(provider);
     Pair p = connectedPair(provider, 3, 1 << 20, 1 << 20);
     ASSERT_TRUE(p.a && p.b);
@@ -301,12 +310,15 @@ TEST(EfaTransport, RendezvousReadsLargeMessagesStripedOverRails) {
 }
 
 TEST(EfaTransport, RendezvousReducingReceiveReadsIntoPlaceOrStaging) {
-  Pair p = connectedPair("tcp;ofi_rxm", 2, 1 << 20, 1 << 20);
-  ASSERT_TRUE(p.a && p.b);
-  // More fragments than the staging window, and a ragged end.
-  EXPECT_EQ(reducingTransfer(p, (9 << 20) / 4 + 5, 5, 3), "");
-  EXPECT_EQ(reducingTransfer(p, (9 << 20) / 4 + 5, 5, 3, /*inPlace=*/true), "");
-  EXPECT_EQ(p.b->rendezvousReceives(), 2u);
+  for (const char* provider : kSocketProviders) {
+    SCOPED_TRACE(provider);
+    Pair p = connectedPair(provider, 2, 1 << 20, 1 << 20);
+    ASSERT_TRUE(p.a && p.b);
+    // More fragments than the staging window, and a ragged end.
+    EXPECT_EQ(reducingTransfer(p, (9 << 20) / 4 + 5, 5, 3), "");
+    EXPECT_EQ(reducingTransfer(p, (9 << 20) / 4 + 5, 5, 3, /*inPlace=*/true), "");
+    EXPECT_EQ(p.b->rendezvousReceives(), 2u);
+  }
 }
 
 // Each side computes the pair's threshold from both published values: the larger one, or
@@ -332,48 +344,57 @@ TEST(EfaTransport, RendezvousThresholdIsAgreedPerPair) {
 }
 
 TEST(EfaTransport, RendezvousSizeMismatchIsAnErrorEitherWay) {
-  Pair p = connectedPair("tcp;ofi_rxm", 1, 1 << 20, 1 << 20);
-  ASSERT_TRUE(p.a && p.b);
-  // Both sides over the threshold: the announcement says how much was sent.
-  std::string error = sendBytes(p, 2 << 20, 3 << 20);
-  EXPECT_TRUE(contains(error,
-                       "rank 0 sent a message of a different size than the 3145728 "
-                       "bytes rank 1 expected"))
-      << error;
-  // Sender over the threshold, receiver under it: an announcement arrives instead of data.
-  Pair q = connectedPair("tcp;ofi_rxm", 1, 1 << 20, 1 << 20);
-  ASSERT_TRUE(q.a && q.b);
-  error = sendBytes(q, 2 << 20, 512 << 10);
-  EXPECT_TRUE(contains(error, "different size than the 524288 bytes")) << error;
+  for (const char* provider : kSocketProviders) {
+    SCOPED_TRACE(provider);
+    Pair p = connectedPair(provider, 1, 1 << 20, 1 << 20);
+    ASSERT_TRUE(p.a && p.b);
+    // Both sides over the threshold: the announcement says how much was sent.
+    std::string error = sendBytes(p, 2 << 20, 3 << 20);
+    EXPECT_TRUE(contains(error,
+                         "rank 0 sent a message of a different size than the 3145728 "
+                         "bytes rank 1 expected"))
+        << error;
+    // Sender over the threshold, receiver under it: an announcement arrives instead of data.
+    Pair q = connectedPair(provider, 1, 1 << 20, 1 << 20);
+    ASSERT_TRUE(q.a && q.b);
+    error = sendBytes(q, 2 << 20, 512 << 10);
+    EXPECT_TRUE(contains(error, "different size than the 524288 bytes")) << error;
+  }
 }
 
 TEST(EfaTransport, ShorterMessageThanExpectedIsAMismatchNotAHang) {
-  Pair p = connectedPair("tcp;ofi_rxm", 1);
-  ASSERT_TRUE(p.a && p.b);
-  std::vector<char> src(1000, 1), dst(4000, 0);
-  auto [send, recv] = aToB(src.data(), src.size(), dst.data(), dst.size());
-  std::string error = transfer(p, send, recv);
-  EXPECT_TRUE(contains(error,
-                       "rank 0 sent a message of a different size than the 4000 bytes "
-                       "rank 1 expected"))
-      << error;
+  for (const char* provider : kSocketProviders) {
+    SCOPED_TRACE(provider);
+    Pair p = connectedPair(provider, 1);
+    ASSERT_TRUE(p.a && p.b);
+    std::vector<char> src(1000, 1), dst(4000, 0);
+    auto [send, recv] = aToB(src.data(), src.size(), dst.data(), dst.size());
+    std::string error = transfer(p, send, recv);
+    EXPECT_TRUE(contains(error,
+                         "rank 0 sent a message of a different size than the 4000 bytes "
+                         "rank 1 expected"))
+        << error;
+  }
 }
 
 // The sender's first fragment fits the receiver's whole buffer exactly: only the size carried
 // with every fragment tells the receiver that more was sent.
 TEST(EfaTransport, LongerMessageInWholeFragmentsIsAMismatch) {
-  Pair p = connectedPair("tcp;ofi_rxm", 1);
-  ASSERT_TRUE(p.a && p.b);
-  std::vector<char> src(1 << 20, 1), dst(512 << 10, 0);
-  auto [send, recv] = aToB(src.data(), src.size(), dst.data(), dst.size());
-  auto start = Clock::now();
-  std::string error;
-  while (error.empty() && since(start) < 20) {
-    auto r = p.b->progressRecv(recv);
-    if (!r.isOk()) error = r.status().message();
-    (void)p.a->progressSend(send);
+  for (const char* provider : kSocketProviders) {
+    SCOPED_TRACE(provider);
+    Pair p = connectedPair(provider, 1);
+    ASSERT_TRUE(p.a && p.b);
+    std::vector<char> src(1 << 20, 1), dst(512 << 10, 0);
+    auto [send, recv] = aToB(src.data(), src.size(), dst.data(), dst.size());
+    auto start = Clock::now();
+    std::string error;
+    while (error.empty() && since(start) < 20) {
+      auto r = p.b->progressRecv(recv);
+      if (!r.isOk()) error = r.status().message();
+      (void)p.a->progressSend(send);
+    }
+    EXPECT_TRUE(contains(error, "different size than the 524288 bytes")) << error;
   }
-  EXPECT_TRUE(contains(error, "different size than the 524288 bytes")) << error;
 }
 
 // A fabricated fi_getinfo answer: one tcp-style info per (interface, IPv4 address, network).
@@ -427,6 +448,23 @@ TEST(EfaTransport, UnknownProviderListsWhatFiGetinfoOffers) {
   EXPECT_TRUE(contains(text, "fi_getinfo offers")) << text;
   EXPECT_TRUE(contains(text, "tcp;ofi_rxm")) << text;
   EXPECT_TRUE(contains(text, "TRNCCL_FI_PROVIDER")) << text;
+}
+
+// Without TRNCCL_FI_PROVIDER, TCP goes by the provider's own reliable datagrams (net) rather
+// than through ofi_rxm: the default order asks for net's own endpoints, not the "net;ofi_rxm"
+// fi_getinfo also answers with, and pinned to lo it stays on loopback.
+TEST(EfaTransport, DefaultProviderOverTcpIsNetWithoutRxm) {
+  efa::pinSocketProviders("lo", /*overwrite=*/true);
+  auto choice = efa::chooseProvider("", 0);
+  ASSERT_TRUE(choice.isOk()) << choice.status().message();
+  ASSERT_FALSE(choice.value().use.empty());
+  for (const fi_info* rail : choice.value().use) {
+    EXPECT_STREQ(rail->fabric_attr->prov_name, "net");
+    EXPECT_STREQ(rail->domain_attr->name, "lo");
+  }
+  // Asked for by name, "net" is libfabric's answer as it stands (layered ones included).
+  auto named = efa::chooseProvider("net", 1);
+  ASSERT_TRUE(named.isOk()) << named.status().message();
 }
 
 // trncclCommRegister through the real API over efa (tcp), with per-message registration
@@ -595,12 +633,16 @@ TEST(Efa, RankThatFailsBeforeTheExchangeIsNamedByTheOthers) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
-TEST(Efa, PeerDeathUnderLibfabricTrafficIsNamedBySurvivors) {
+// Parameter: the libfabric provider (one of kSocketProviders).
+class EfaOverTcp : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EfaOverTcp, PeerDeathUnderLibfabricTrafficIsNamedBySurvivors) {
   const int nranks = 3;
-  auto outcomes = runRanks(nranks, [](int rank, int n, const trncclUniqueId& id) {
-    setenv("FI_TCP_IFACE", "lo", 1);
+  const char* provider = GetParam();
+  auto outcomes = runRanks(nranks, [provider](int rank, int n, const trncclUniqueId& id) {
+    efa::pinSocketProviders("lo", /*overwrite=*/true);
     setenv("TRNCCL_TRANSPORT", "efa", 1);
-    setenv("TRNCCL_FI_PROVIDER", "tcp;ofi_rxm", 1);
+    setenv("TRNCCL_FI_PROVIDER", provider, 1);
     setenv("TRNCCL_TIMEOUT", "60", 1);
     trncclComm_t comm = nullptr;
     std::string error = testing::initComm(&comm, n, id, rank);
@@ -631,11 +673,12 @@ TEST(Efa, PeerDeathUnderLibfabricTrafficIsNamedBySurvivors) {
 
 // Every communicator opens its own rails (sockets, threads, registrations); splitting and
 // destroying 100 of them must not leave one file descriptor behind (run under ASan as well).
-TEST(Efa, HundredCommunicatorsLeaveNoDescriptorsBehind) {
-  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
-    setenv("FI_TCP_IFACE", "lo", 1);
+TEST_P(EfaOverTcp, HundredCommunicatorsLeaveNoDescriptorsBehind) {
+  const char* provider = GetParam();
+  auto outcomes = runRanks(2, [provider](int rank, int n, const trncclUniqueId& id) {
+    efa::pinSocketProviders("lo", /*overwrite=*/true);
     setenv("TRNCCL_TRANSPORT", "efa", 1);
-    setenv("TRNCCL_FI_PROVIDER", "tcp;ofi_rxm", 1);
+    setenv("TRNCCL_FI_PROVIDER", provider, 1);
     trncclComm_t parent = nullptr;
     std::string error = testing::initComm(&parent, n, id, rank);
     if (!error.empty()) return error;
@@ -662,6 +705,11 @@ TEST(Efa, HundredCommunicatorsLeaveNoDescriptorsBehind) {
   });
   EXPECT_ALL_RANKS_OK(outcomes);
 }
+
+INSTANTIATE_TEST_SUITE_P(Providers, EfaOverTcp, ::testing::ValuesIn(kSocketProviders),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param).substr(0, 3);  // "net", "tcp"
+                         });
 
 }  // namespace
 }  // namespace trnccl

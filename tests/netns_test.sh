@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two real "hosts" on one machine: network namespaces A and B joined by a veth pair that this
 # test creates and removes. Ranks 0-1 run in A, ranks 2-3 in B (different host ids, so shm
-# inside each namespace and the efa transport over libfabric's tcp provider across the veth);
+# inside each namespace and the efa transport across the veth, over libfabric's tcp;ofi_rxm
+# and, for some jobs, net);
 # the bootstrap root listens on A's veth address. The job runs on a clean link, then with 1% of
 # B's incoming TCP packets dropped (nftables) and A's egress rate-limited (tc tbf): results
 # must stay bit-exact (-c 1 checks against the serial reference) and the jobs must finish. A
@@ -46,17 +47,21 @@ ip -n "$nsA" link set "$vethA" up && ip -n "$nsB" link set "$vethB" up || exit 1
 echo "netns: $nsA ($ipA on $vethA) <-> $nsB ($ipB on $vethB)"
 
 failures=0
+# Both ways over TCP: tcp under ofi_rxm, and net (the provider's own reliable datagrams, what
+# trnccl picks by default). run_job uses $provider.
+provider="tcp;ofi_rxm"
 # One 4-rank job per tool: 2 ranks per namespace, each namespace its own node.
 run_job() {
   local label="$1" tool="$2"
   shift 2
   rm -f "$tmp/id"
-  local common=(TRNCCL_TIMEOUT=120 TRNCCL_FI_PROVIDER="tcp;ofi_rxm")
+  local common=(TRNCCL_TIMEOUT=120 TRNCCL_FI_PROVIDER="$provider")
   ip netns exec "$nsA" env "${common[@]}" TRNCCL_BOOTSTRAP_ADDR="$ipA" FI_TCP_IFACE="$vethA" \
-    TRNCCL_HOSTID=host-a "$bin/trnccl-run" -np 2 --nranks 4 --first-rank 0 --id-file "$tmp/id" \
+    FI_NET_IFACE="$vethA" TRNCCL_HOSTID=host-a "$bin/trnccl-run" -np 2 --nranks 4 --first-rank 0 --id-file "$tmp/id" \
     "$bin/$tool" "$@" >"$tmp/a.out" 2>&1 &
   local pidA=$!
-  ip netns exec "$nsB" env "${common[@]}" FI_TCP_IFACE="$vethB" TRNCCL_HOSTID=host-b \
+  ip netns exec "$nsB" env "${common[@]}" FI_TCP_IFACE="$vethB" FI_NET_IFACE="$vethB" \
+    TRNCCL_HOSTID=host-b \
     "$bin/trnccl-run" -np 2 --nranks 4 --first-rank 2 --id-file "$tmp/id" \
     "$bin/$tool" "$@" >"$tmp/b.out" 2>&1 &
   local pidB=$!
@@ -65,9 +70,9 @@ run_job() {
   wait "$pidB"
   local rcB=$?
   if [ "$rcA" -eq 0 ] && [ "$rcB" -eq 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/a.out"; then
-    echo "netns: ok   $label $tool ($(grep -c '^ *[0-9]' "$tmp/a.out") sizes, #wrong 0)"
+    echo "netns: ok   $provider, $label $tool ($(grep -c '^ *[0-9]' "$tmp/a.out") sizes, #wrong 0)"
   else
-    echo "netns: FAIL $label $tool (exit $rcA / $rcB)"
+    echo "netns: FAIL $provider, $label $tool (exit $rcA / $rcB)"
     sed 's/^/  A: /' "$tmp/a.out" | tail -20
     sed 's/^/  B: /' "$tmp/b.out" | tail -20
     failures=$((failures + 1))
@@ -81,6 +86,10 @@ done
 # Messages of several fragments (eager from 512 KiB, rendezvous reads from 1 MiB), striped over
 # every rail: each rail must reach the other host (a rail on lo once swallowed them).
 run_job "clean link, several fragments" sendrecv_perf -b 600K -e 2400K -f 2 -c 1 -n 3 -w 1
+provider=net
+run_job "clean link" all_reduce_perf "${sizes[@]}"
+run_job "clean link, several fragments" sendrecv_perf -b 600K -e 2400K -f 2 -c 1 -n 3 -w 1
+provider="tcp;ofi_rxm"
 
 # A slow link: in each namespace an nftables rule redirects TCP connections to the other
 # namespace onto a relay (tests/netns_relay.py) that delays every byte 2 ms each way. Needs
@@ -157,6 +166,7 @@ ip netns exec "$nsA" tc qdisc add dev "$vethA" root tbf rate 200mbit burst 64kb 
 for tool in all_reduce_perf alltoall_perf; do
   run_job "$loss + 200 Mbit/s" "$tool" "${sizes[@]}"
 done
+provider=net run_job "$loss + 200 Mbit/s" all_reduce_perf "${sizes[@]}"
 # The faults must have happened, and the traffic must have crossed the veth pair.
 if command -v nft >/dev/null; then
   dropped="$(ip netns exec "$nsB" nft list table inet trnccl_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')"

@@ -36,7 +36,7 @@ struct RawPair {
 };
 
 std::unique_ptr<RawPair> rawPair(const char* provider) {
-  setenv("FI_TCP_IFACE", "lo", 1);
+  efa::pinSocketProviders("lo", /*overwrite=*/true);
   auto p = std::make_unique<RawPair>();
   auto ca = efa::chooseProvider(provider, 1);
   auto cb = efa::chooseProvider(provider, 1);
@@ -152,7 +152,7 @@ struct TransportPair {
 };
 
 std::unique_ptr<TransportPair> transportPair(const char* provider) {
-  setenv("FI_TCP_IFACE", "lo", 1);
+  efa::pinSocketProviders("lo", /*overwrite=*/true);
   auto p = std::make_unique<TransportPair>();
   efa::EfaOptions options;  // the library's defaults, one rail
   options.provider = provider;

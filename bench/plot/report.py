@@ -348,9 +348,10 @@ def efa_section(results, warn):
     if not pingpong and not rows:
         return md
     md += ["## efa transport (libfabric on loopback)", ""]
-    md.append("No EFA device here: these run libfabric's tcp;ofi_rxm and shm providers on one "
-              "machine, which is how the efa transport's overhead over the library it uses is "
-              "measured.")
+    md.append("No EFA device here: these run libfabric's net, tcp;ofi_rxm and shm providers on "
+              "one machine, which is how the efa transport's overhead over the library it uses "
+              "is measured. Over TCP trnccl picks net by default (the provider's own reliable "
+              "datagrams); Open MPI's ofi MTL cannot open net here, so it runs tcp;ofi_rxm.")
     md.append("")
     for name, (head, table) in sorted(pingpong.items()):
         md += ["### Point to point, %s provider (bench/fabric_pingpong)" % name, ""]
@@ -366,13 +367,16 @@ def efa_section(results, warn):
         file_rows = plot.load_rows([path], warn=warn)
         if not file_rows:
             continue
-        against = os.path.basename(path)[len("all_reduce_efa_vs_"):-len(".jsonl")]
+        # all_reduce_efa_<trnccl's provider>_vs_<Open MPI's path>.jsonl
+        ours, _, against = os.path.basename(path)[len("all_reduce_efa_"):-len(".jsonl")].partition(
+            "_vs_")
+        provider = {"net": "net", "tcp": "tcp;ofi_rxm"}.get(ours, ours)
         label = {"mpi_tcp_btl": "Open MPI `--mca pml ob1 --mca btl tcp,self`",
                  "mpi_ofi_mtl": "Open MPI `--mca pml cm --mca mtl ofi` (tcp;ofi_rxm)"}.get(
                      against, against)
         groups = plot.aggregate(file_rows)
         for key in sorted(groups, key=tool_key):
-            md += ["### %s over efa (tcp;ofi_rxm) beside %s" % (describe(key), label), ""]
+            md += ["### %s over efa (%s) beside %s" % (describe(key), provider, label), ""]
             lines, wrong = tool_table(groups[key])
             md += lines + [""]
             if wrong:

@@ -70,9 +70,11 @@ const Var kShmDir{"TRNCCL_SHM_DIR", Kind::kString, "/dev/shm",
                   "Where shared-memory segments live; must be a tmpfs mount."};
 
 const Var kFiProvider{"TRNCCL_FI_PROVIDER", Kind::kString, "",
-                      "libfabric provider for the efa transport, e.g. 'efa', 'tcp;ofi_rxm' "
-                      "(pin it with FI_TCP_IFACE) or 'shm'. Empty = efa if present, else "
-                      "tcp;ofi_rxm, else shm."};
+                      "libfabric provider for the efa transport, e.g. 'efa', 'net' (pin it "
+                      "with FI_NET_IFACE), 'tcp;ofi_rxm' (FI_TCP_IFACE) or 'shm'. Empty = efa "
+                      "if present, else TCP with the provider's own RDM endpoints ('net' in "
+                      "libfabric 1.16-1.17, 'tcp' without ofi_rxm later), else tcp;ofi_rxm, "
+                      "else shm."};
 const Var kEfaRails{"TRNCCL_EFA_RAILS", Kind::kInt, "0",
                     "Endpoints (rails) per rank that large messages are striped over. 0 = one "
                     "per NIC (domain) the provider offers; more than the NICs opens several "

@@ -27,7 +27,7 @@ struct Message;
 struct FragmentContext;
 
 struct EfaOptions {
-  std::string provider;              // TRNCCL_FI_PROVIDER ("" = efa, else tcp;ofi_rxm, else shm)
+  std::string provider;              // TRNCCL_FI_PROVIDER ("" = efa, net, tcp;ofi_rxm, shm)
   int rails = 0;                     // TRNCCL_EFA_RAILS (0 = one per NIC the provider offers)
   size_t rendezvousBytes = 1 << 20;  // TRNCCL_EFA_RNDV_BYTES (0 = always eager)
   std::string topologyXml;           // TRNCCL_TOPO_XML ("" = discover this machine)

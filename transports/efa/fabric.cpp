@@ -39,13 +39,31 @@ InfoPtr makeHints(const std::string& provider, bool rma) {
   return hints;
 }
 
-Result<InfoPtr> getInfo(const std::string& provider, bool rma) {
+// exact: keep only infos of that very provider. fi_getinfo also answers a core provider's name
+// with utility providers layered on it ("tcp" with "tcp;ofi_rxm"), which the default order
+// tries separately.
+Result<InfoPtr> getInfo(const std::string& provider, bool rma, bool exact) {
   InfoPtr hints = makeHints(provider, rma);
   if (!hints) return makeError(Code::kSystemError, "fi_allocinfo failed (out of memory)");
   fi_info* found = nullptr;
   int rc = fi_getinfo(kApiVersion, nullptr, nullptr, 0, hints.get(), &found);
   if (rc != 0) return makeError(Code::kSystemError, "%s", fiError("fi_getinfo", rc).c_str());
-  return InfoPtr(found);
+  InfoPtr all(found);
+  if (!exact) return all;
+  std::vector<const fi_info*> matches;
+  for (const fi_info* i = all.get(); i; i = i->next)
+    if (provider == i->fabric_attr->prov_name) matches.push_back(i);
+  InfoPtr kept;  // built back to front, so libfabric's order stays
+  for (auto i = matches.rbegin(); i != matches.rend(); ++i) {
+    fi_info* copy = fi_dupinfo(*i);
+    if (!copy) return makeError(Code::kSystemError, "fi_dupinfo failed (out of memory)");
+    copy->next = kept.release();
+    kept.reset(copy);
+  }
+  if (!kept)
+    return makeError(Code::kSystemError, "%s offers no endpoint of its own (only layered ones)",
+                     provider.c_str());
+  return kept;
 }
 
 // The domains whose NIC is near this process's CPUs (hwloc); all of them when only one.
@@ -131,21 +149,39 @@ std::vector<fi_info*> railCandidates(fi_info* infos) {
   return domains;
 }
 
+namespace {
+
+struct ProviderCandidate {
+  std::string name;
+  bool exact;  // that provider's own endpoints only, not utility providers layered on it
+};
+
+// Without TRNCCL_FI_PROVIDER: EFA; then TCP with reliable datagram endpoints implemented in the
+// provider itself ("net" in libfabric 1.16-1.17, which later releases made their "tcp");
+// then tcp under the ofi_rxm utility provider; then shm. The native path skips rxm's
+// rendezvous round trip above its 16 KiB eager limit: 2-rank all-reduce on loopback, same
+// runs, net against tcp;ofi_rxm: 32 KiB 19 against 52 us, 256 KiB 75 against 129 us, 2 MiB
+// 456 against 649 us (docs/ARCHITECTURE.md, "Providers").
+const std::vector<ProviderCandidate> kDefaultProviderOrder = {
+    {"efa", false}, {"net", true}, {"tcp", true}, {"tcp;ofi_rxm", false}, {"shm", false}};
+
+}  // namespace
+
 Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails,
                                       const std::string& topologyXml) {
-  std::vector<std::string> order;
+  std::vector<ProviderCandidate> order;
   if (!wanted.empty())
-    order.push_back(wanted);
+    order.push_back({wanted, false});
   else
-    order = {"efa", "tcp;ofi_rxm", "shm"};
+    order = kDefaultProviderOrder;
   std::string tried;
-  for (const std::string& provider : order) {
+  for (const auto& [provider, exact] : order) {
     ProviderChoice choice;
-    auto infos = getInfo(provider, /*rma=*/true);
+    auto infos = getInfo(provider, /*rma=*/true, exact);
     if (infos.isOk()) {
       choice.rma = true;
     } else {
-      infos = getInfo(provider, /*rma=*/false);
+      infos = getInfo(provider, /*rma=*/false, exact);
     }
     if (!infos.isOk()) {
       tried += strformat("%s%s: %s", tried.empty() ? "" : "; ", provider.c_str(),
@@ -170,7 +206,8 @@ Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails,
   return makeError(Code::kSystemError,
                    "no libfabric provider accepted trnccl's needs (FI_EP_RDM with FI_MSG and "
                    "FI_TAGGED): %s. fi_getinfo offers: %s. Set TRNCCL_FI_PROVIDER to one of "
-                   "those (e.g. 'tcp;ofi_rxm' with FI_TCP_IFACE=lo on one machine)",
+                   "those (e.g. 'net' with FI_NET_IFACE=lo, or 'tcp;ofi_rxm' with "
+                   "FI_TCP_IFACE=lo, on one machine)",
                    tried.c_str(), describeOffered().c_str());
 }
 

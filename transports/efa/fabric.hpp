@@ -53,6 +53,14 @@ struct InfoDeleter {
 };
 using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;
 
+// The variables that pin libfabric's socket providers to one interface: FI_TCP_IFACE for tcp
+// (and tcp;ofi_rxm), FI_NET_IFACE for net. Jobs on one machine set both to lo.
+inline constexpr const char* kSocketInterfaceVariables[] = {"FI_TCP_IFACE", "FI_NET_IFACE"};
+// Sets each of them to iface in this process's environment; overwrite=false keeps the user's.
+inline void pinSocketProviders(const char* iface, bool overwrite) {
+  for (const char* name : kSocketInterfaceVariables) setenv(name, iface, overwrite ? 1 : 0);
+}
+
 // "fi_tsend: No data available (-61)".
 std::string fiError(const char* call, ssize_t rc);
 
@@ -63,11 +71,11 @@ struct ProviderChoice {
   std::string railReason;     // how the rails were picked, for the INFO line
 };
 
-// Picks the provider: `wanted` (TRNCCL_FI_PROVIDER) if set, else efa, tcp;ofi_rxm, shm in that
-// order. The error lists what fi_getinfo offered so the user can pick. rails = 0 means "one
-// per distinct domain (NIC) the provider offers that is near this process's CPUs" (hwloc, from
-// topologyXml when set), otherwise exactly that many endpoints (several on one domain when
-// the provider has fewer NICs: how loopback exercises striping).
+// Picks the provider: `wanted` (TRNCCL_FI_PROVIDER) if set, else efa, tcp with native RDM
+// endpoints (net), tcp;ofi_rxm, shm in that order. The error lists what fi_getinfo offered so the
+// user can pick. rails = 0 means "one per distinct domain (NIC) the provider offers that is near
+// this process's CPUs" (hwloc, from topologyXml when set), otherwise exactly that many endpoints
+// (several on one domain when the provider has fewer NICs: how loopback exercises striping).
 Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails,
                                       const std::string& topologyXml = "");
 
