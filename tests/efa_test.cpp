@@ -52,6 +52,13 @@ struct Pair {
 // The two ways over TCP: net (reliable datagrams in the provider) and tcp under ofi_rxm.
 constexpr const char* kSocketProviders[] = {"net", "tcp;ofi_rxm"};
 
+// Parameter: one of kSocketProviders. Test names end in /net or /tcp, so the in-process net
+// cases can run as their own meson test (tests/meson.build says why).
+class SocketTransport : public ::testing::TestWithParam<const char*> {};
+std::string providerName(const ::testing::TestParamInfo<const char*>& info) {
+  return std::string(info.param).substr(0, 3);  // "net", "tcp"
+}
+
 // rendezvousA/B: each side's TRNCCL_EFA_RNDV_BYTES (0 = eager only).
 Pair connectedPair(const std::string& provider, int rails, size_t rendezvousA = 0,
                    size_t rendezvousB = 0,
@@ -113,27 +120,25 @@ std::string transfer(Pair& p, TransferOp& send, TransferOp& recv) {
   return "";
 }
 
-TEST(EfaTransport, StripesLargeMessagesOverRailsAndCachesRegistrations) {
-  for (const char* provider : kSocketProviders) {
-    SCOPED_TRACE(provider);
-    Pair p = connectedPair(provider, 3);
-    ASSERT_TRUE(p.a && p.b);
-    EXPECT_TRUE(contains(p.a->describe(), "3 rail(s)")) << p.a->describe();
-    std::vector<float> src(3 << 20), dst(src.size(), -1.0f);  // 12 MiB: 24 fragments
-    std::iota(src.begin(), src.end(), 0.0f);
-    for (int round = 0; round < 2; ++round) {
-      auto [send, recv] =
-          aToB(src.data(), src.size() * sizeof(float), dst.data(), dst.size() * sizeof(float));
-      ASSERT_EQ(transfer(p, send, recv), "");
-      ASSERT_EQ(std::memcmp(src.data(), dst.data(), send.bytes), 0) << "round " << round;
-    }
-    for (size_t r = 0; r < 3; ++r)
-      EXPECT_EQ(p.a->fragmentsPerRail()[r], 16u) << "rail " << r << " of the sender";
-    // Same buffers both rounds: one registration per rail each side, then cache hits.
-    EXPECT_EQ(p.a->registrations(), 3u);
-    EXPECT_EQ(p.a->registrationHits(), 3u);
-    EXPECT_EQ(p.b->registrations(), 3u);
+TEST_P(SocketTransport, StripesLargeMessagesOverRailsAndCachesRegistrations) {
+  const char* provider = GetParam();
+  Pair p = connectedPair(provider, 3);
+  ASSERT_TRUE(p.a && p.b);
+  EXPECT_TRUE(contains(p.a->describe(), "3 rail(s)")) << p.a->describe();
+  std::vector<float> src(3 << 20), dst(src.size(), -1.0f);  // 12 MiB: 24 fragments
+  std::iota(src.begin(), src.end(), 0.0f);
+  for (int round = 0; round < 2; ++round) {
+    auto [send, recv] =
+        aToB(src.data(), src.size() * sizeof(float), dst.data(), dst.size() * sizeof(float));
+    ASSERT_EQ(transfer(p, send, recv), "");
+    ASSERT_EQ(std::memcmp(src.data(), dst.data(), send.bytes), 0) << "round " << round;
   }
+  for (size_t r = 0; r < 3; ++r)
+    EXPECT_EQ(p.a->fragmentsPerRail()[r], 16u) << "rail " << r << " of the sender";
+  // Same buffers both rounds: one registration per rail each side, then cache hits.
+  EXPECT_EQ(p.a->registrations(), 3u);
+  EXPECT_EQ(p.a->registrationHits(), 3u);
+  EXPECT_EQ(p.b->registrations(), 3u);
 }
 
 // Where registration pins pages (EFA), a cached registration could outlive a freed buffer, so
@@ -257,15 +262,13 @@ std::string reducingTransfer(Pair& p, size_t count, int32_t a, int32_t b, bool i
   return "";
 }
 
-TEST(EfaTransport, ReducingReceiveFoldsEveryFragmentIn) {
-  for (const char* provider : kSocketProviders) {
-    SCOPED_TRACE(provider);
-    Pair p = connectedPair(provider, 2);
-    ASSERT_TRUE(p.a && p.b);
-    for (bool inPlace : {false, true}) {
-      SCOPED_TRACE(inPlace ? "in place (staged)" : "out of place (in the destination)");
-      EXPECT_EQ(reducingTransfer(p, (5 << 20) / 4 + 3, 3, 7, inPlace), "");  // ragged end
-    }
+TEST_P(SocketTransport, ReducingReceiveFoldsEveryFragmentIn) {
+  const char* provider = GetParam();
+  Pair p = connectedPair(provider, 2);
+  ASSERT_TRUE(p.a && p.b);
+  for (bool inPlace : {false, true}) {
+    SCOPED_TRACE(inPlace ? "in place (staged)" : "out of place (in the destination)");
+    EXPECT_EQ(reducingTransfer(p, (5 << 20) / 4 + 3, 3, 7, inPlace), "");  // ragged end
   }
 }
 
@@ -279,46 +282,50 @@ std::string sendBytes(Pair& p, size_t bytes, size_t receiverBytes = 0) {
   return error;
 }
 
-TEST(EfaTransport, RendezvousReadsLargeMessagesStripedOverRails) {
-  for (const char* provider : {"net", "tcp;ofi_rxm", "shm"}) {
-    SCOPED_TRACE(provider);
-    Pair p = connectedPair(provider, 3, 1 << 20, 1 << 20);
-    ASSERT_TRUE(p.a && p.b);
-    EXPECT_TRUE(contains(p.a->describe(), "rendezvous reads from 1048576 B")) << p.a->describe();
-    ASSERT_EQ(p.b->rendezvousBytesWith(0), 1u << 20);
-    std::vector<float> src(3 << 20), dst(src.size(), -1.0f);  // 12 MiB: 24 fragments
-    std::iota(src.begin(), src.end(), 0.0f);
-    for (int round = 0; round < 2; ++round) {
-      auto [send, recv] =
-          aToB(src.data(), src.size() * sizeof(float), dst.data(), dst.size() * sizeof(float));
-      ASSERT_EQ(transfer(p, send, recv), "");
-      ASSERT_EQ(std::memcmp(src.data(), dst.data(), send.bytes), 0) << "round " << round;
-      std::fill(dst.begin(), dst.end(), -1.0f);
-    }
-    EXPECT_EQ(p.b->rendezvousReceives(), 2u);
-    // The receiver pulled every fragment (8 per rail per round); the sender moved none.
-    for (size_t r = 0; r < 3; ++r) {
-      EXPECT_EQ(p.b->fragmentsPerRail()[r], 16u) << "rail " << r << " of the receiver";
-      EXPECT_EQ(p.a->fragmentsPerRail()[r], 0u) << "rail " << r << " of the sender";
-    }
-    // Below the threshold the same pair sends eagerly.
-    EXPECT_EQ(sendBytes(p, (1 << 20) - 1), "");
-    EXPECT_EQ(p.b->rendezvousReceives(), 2u);
-    EXPECT_EQ(sendBytes(p, 1 << 20), "");
-    EXPECT_EQ(p.b->rendezvousReceives(), 3u);
+// Over a provider with FI_RMA, 3 rails.
+void checkRendezvousReads(const char* provider) {
+  Pair p = connectedPair(provider, 3, 1 << 20, 1 << 20);
+  ASSERT_TRUE(p.a && p.b);
+  EXPECT_TRUE(contains(p.a->describe(), "rendezvous reads from 1048576 B")) << p.a->describe();
+  ASSERT_EQ(p.b->rendezvousBytesWith(0), 1u << 20);
+  std::vector<float> src(3 << 20), dst(src.size(), -1.0f);  // 12 MiB: 24 fragments
+  std::iota(src.begin(), src.end(), 0.0f);
+  for (int round = 0; round < 2; ++round) {
+    auto [send, recv] =
+        aToB(src.data(), src.size() * sizeof(float), dst.data(), dst.size() * sizeof(float));
+    ASSERT_EQ(transfer(p, send, recv), "");
+    ASSERT_EQ(std::memcmp(src.data(), dst.data(), send.bytes), 0) << "round " << round;
+    std::fill(dst.begin(), dst.end(), -1.0f);
   }
+  EXPECT_EQ(p.b->rendezvousReceives(), 2u);
+  // The receiver pulled every fragment (8 per rail per round); the sender moved none.
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(p.b->fragmentsPerRail()[r], 16u) << "rail " << r << " of the receiver";
+    EXPECT_EQ(p.a->fragmentsPerRail()[r], 0u) << "rail " << r << " of the sender";
+  }
+  // Below the threshold the same pair sends eagerly.
+  EXPECT_EQ(sendBytes(p, (1 << 20) - 1), "");
+  EXPECT_EQ(p.b->rendezvousReceives(), 2u);
+  EXPECT_EQ(sendBytes(p, 1 << 20), "");
+  EXPECT_EQ(p.b->rendezvousReceives(), 3u);
 }
 
-TEST(EfaTransport, RendezvousReducingReceiveReadsIntoPlaceOrStaging) {
-  for (const char* provider : kSocketProviders) {
-    SCOPED_TRACE(provider);
-    Pair p = connectedPair(provider, 2, 1 << 20, 1 << 20);
-    ASSERT_TRUE(p.a && p.b);
-    // More fragments than the staging window, and a ragged end.
-    EXPECT_EQ(reducingTransfer(p, (9 << 20) / 4 + 5, 5, 3), "");
-    EXPECT_EQ(reducingTransfer(p, (9 << 20) / 4 + 5, 5, 3, /*inPlace=*/true), "");
-    EXPECT_EQ(p.b->rendezvousReceives(), 2u);
-  }
+TEST_P(SocketTransport, RendezvousReadsLargeMessagesStripedOverRails) {
+  checkRendezvousReads(GetParam());
+}
+
+TEST(EfaTransport, RendezvousReadsLargeMessagesStripedOverRailsOverShm) {
+  checkRendezvousReads("shm");
+}
+
+TEST_P(SocketTransport, RendezvousReducingReceiveReadsIntoPlaceOrStaging) {
+  const char* provider = GetParam();
+  Pair p = connectedPair(provider, 2, 1 << 20, 1 << 20);
+  ASSERT_TRUE(p.a && p.b);
+  // More fragments than the staging window, and a ragged end.
+  EXPECT_EQ(reducingTransfer(p, (9 << 20) / 4 + 5, 5, 3), "");
+  EXPECT_EQ(reducingTransfer(p, (9 << 20) / 4 + 5, 5, 3, /*inPlace=*/true), "");
+  EXPECT_EQ(p.b->rendezvousReceives(), 2u);
 }
 
 // Each side computes the pair's threshold from both published values: the larger one, or
@@ -343,58 +350,52 @@ TEST(EfaTransport, RendezvousThresholdIsAgreedPerPair) {
   }
 }
 
-TEST(EfaTransport, RendezvousSizeMismatchIsAnErrorEitherWay) {
-  for (const char* provider : kSocketProviders) {
-    SCOPED_TRACE(provider);
-    Pair p = connectedPair(provider, 1, 1 << 20, 1 << 20);
-    ASSERT_TRUE(p.a && p.b);
-    // Both sides over the threshold: the announcement says how much was sent.
-    std::string error = sendBytes(p, 2 << 20, 3 << 20);
-    EXPECT_TRUE(contains(error,
-                         "rank 0 sent a message of a different size than the 3145728 "
-                         "bytes rank 1 expected"))
-        << error;
-    // Sender over the threshold, receiver under it: an announcement arrives instead of data.
-    Pair q = connectedPair(provider, 1, 1 << 20, 1 << 20);
-    ASSERT_TRUE(q.a && q.b);
-    error = sendBytes(q, 2 << 20, 512 << 10);
-    EXPECT_TRUE(contains(error, "different size than the 524288 bytes")) << error;
-  }
+TEST_P(SocketTransport, RendezvousSizeMismatchIsAnErrorEitherWay) {
+  const char* provider = GetParam();
+  Pair p = connectedPair(provider, 1, 1 << 20, 1 << 20);
+  ASSERT_TRUE(p.a && p.b);
+  // Both sides over the threshold: the announcement says how much was sent.
+  std::string error = sendBytes(p, 2 << 20, 3 << 20);
+  EXPECT_TRUE(contains(error,
+                       "rank 0 sent a message of a different size than the 3145728 "
+                       "bytes rank 1 expected"))
+      << error;
+  // Sender over the threshold, receiver under it: an announcement arrives instead of data.
+  Pair q = connectedPair(provider, 1, 1 << 20, 1 << 20);
+  ASSERT_TRUE(q.a && q.b);
+  error = sendBytes(q, 2 << 20, 512 << 10);
+  EXPECT_TRUE(contains(error, "different size than the 524288 bytes")) << error;
 }
 
-TEST(EfaTransport, ShorterMessageThanExpectedIsAMismatchNotAHang) {
-  for (const char* provider : kSocketProviders) {
-    SCOPED_TRACE(provider);
-    Pair p = connectedPair(provider, 1);
-    ASSERT_TRUE(p.a && p.b);
-    std::vector<char> src(1000, 1), dst(4000, 0);
-    auto [send, recv] = aToB(src.data(), src.size(), dst.data(), dst.size());
-    std::string error = transfer(p, send, recv);
-    EXPECT_TRUE(contains(error,
-                         "rank 0 sent a message of a different size than the 4000 bytes "
-                         "rank 1 expected"))
-        << error;
-  }
+TEST_P(SocketTransport, ShorterMessageThanExpectedIsAMismatchNotAHang) {
+  const char* provider = GetParam();
+  Pair p = connectedPair(provider, 1);
+  ASSERT_TRUE(p.a && p.b);
+  std::vector<char> src(1000, 1), dst(4000, 0);
+  auto [send, recv] = aToB(src.data(), src.size(), dst.data(), dst.size());
+  std::string error = transfer(p, send, recv);
+  EXPECT_TRUE(contains(error,
+                       "rank 0 sent a message of a different size than the 4000 bytes "
+                       "rank 1 expected"))
+      << error;
 }
 
 // The sender's first fragment fits the receiver's whole buffer exactly: only the size carried
 // with every fragment tells the receiver that more was sent.
-TEST(EfaTransport, LongerMessageInWholeFragmentsIsAMismatch) {
-  for (const char* provider : kSocketProviders) {
-    SCOPED_TRACE(provider);
-    Pair p = connectedPair(provider, 1);
-    ASSERT_TRUE(p.a && p.b);
-    std::vector<char> src(1 << 20, 1), dst(512 << 10, 0);
-    auto [send, recv] = aToB(src.data(), src.size(), dst.data(), dst.size());
-    auto start = Clock::now();
-    std::string error;
-    while (error.empty() && since(start) < 20) {
-      auto r = p.b->progressRecv(recv);
-      if (!r.isOk()) error = r.status().message();
-      (void)p.a->progressSend(send);
-    }
-    EXPECT_TRUE(contains(error, "different size than the 524288 bytes")) << error;
+TEST_P(SocketTransport, LongerMessageInWholeFragmentsIsAMismatch) {
+  const char* provider = GetParam();
+  Pair p = connectedPair(provider, 1);
+  ASSERT_TRUE(p.a && p.b);
+  std::vector<char> src(1 << 20, 1), dst(512 << 10, 0);
+  auto [send, recv] = aToB(src.data(), src.size(), dst.data(), dst.size());
+  auto start = Clock::now();
+  std::string error;
+  while (error.empty() && since(start) < 20) {
+    auto r = p.b->progressRecv(recv);
+    if (!r.isOk()) error = r.status().message();
+    (void)p.a->progressSend(send);
   }
+  EXPECT_TRUE(contains(error, "different size than the 524288 bytes")) << error;
 }
 
 // A fabricated fi_getinfo answer: one tcp-style info per (interface, IPv4 address, network).
@@ -706,10 +707,10 @@ TEST_P(EfaOverTcp, HundredCommunicatorsLeaveNoDescriptorsBehind) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+INSTANTIATE_TEST_SUITE_P(Providers, SocketTransport, ::testing::ValuesIn(kSocketProviders),
+                         providerName);
 INSTANTIATE_TEST_SUITE_P(Providers, EfaOverTcp, ::testing::ValuesIn(kSocketProviders),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param).substr(0, 3);  // "net", "tcp"
-                         });
+                         providerName);
 
 }  // namespace
 }  // namespace trnccl

@@ -44,7 +44,8 @@ cat >"$res/micro/kernels_bench.json" <<'EOF'
 ]}
 EOF
 
-# the efa part: fabric_pingpong's console table and one all-reduce beside MPI
+# the efa part: fabric_pingpong's console table and all-reduces beside MPI (trnccl over net and
+# over tcp;ofi_rxm: the file name carries the provider)
 mkdir -p "$res/efa"
 cat >"$res/efa/fabric_pingpong_tcp.txt" <<'EOF'
 # fabric_pingpong: provider tcp;ofi_rxm, domain lo, 200 iterations per size, median of 5
@@ -54,7 +55,9 @@ cat >"$res/efa/fabric_pingpong_tcp.txt" <<'EOF'
      4194304    1215.07     585.37    0.48     976.96     584.08    0.60       3.795       6.456    1.70
 EOF
 grep '"tool": *"all_reduce"' "$here/fixture.jsonl" | grep '"nranks": *2' \
-  >"$res/efa/all_reduce_efa_vs_mpi_tcp_btl.jsonl"
+  >"$res/efa/all_reduce_efa_net_vs_mpi_tcp_btl.jsonl"
+grep '"tool": *"all_reduce"' "$here/fixture.jsonl" | grep '"nranks": *2' \
+  >"$res/efa/all_reduce_efa_tcp_vs_mpi_ofi_mtl.jsonl"
 
 out="$tmp/docs"
 "$PY" "$here/plot.py" "$out/perf" "$res/fixture.jsonl" >"$tmp/plot.log" 2>&1 ||
@@ -95,7 +98,9 @@ if [ -f "$md" ]; then
   expect_line "$md" "### Point to point, tcp provider (bench/fabric_pingpong)"
   expect_line "$md" "| 4M | 1215.07 | 585.37 | 0.48 | 976.96 | 584.08 | 0.60 | 3.795 | 6.456 | 1.70 |"
   expect_line "$md" \
-    "### all_reduce, 2 ranks, float sum over efa (tcp;ofi_rxm) beside Open MPI \`--mca pml ob1 --mca btl tcp,self\`"
+    "### all_reduce, 2 ranks, float sum over efa (net) beside Open MPI \`--mca pml ob1 --mca btl tcp,self\`"
+  expect_line "$md" \
+    "### all_reduce, 2 ranks, float sum over efa (tcp;ofi_rxm) beside Open MPI \`--mca pml cm --mca mtl ofi\` (tcp;ofi_rxm)"
   grep -q "one run on the machine described here" "$md" || fail "no one-run caveat"
   grep -q "medians of 3 interleaved timings" "$md" || fail "no -R medians note"
   grep -q "alltoall" "$md" && fail "the report mentions alltoall, which the fixture did not measure"

@@ -161,7 +161,7 @@ struct ProviderCandidate {
 // then tcp under the ofi_rxm utility provider; then shm. The native path skips rxm's
 // rendezvous round trip above its 16 KiB eager limit: 2-rank all-reduce on loopback, same
 // runs, net against tcp;ofi_rxm: 32 KiB 19 against 52 us, 256 KiB 75 against 129 us, 2 MiB
-// 456 against 649 us (docs/ARCHITECTURE.md, "Providers").
+// 456 against 649 us (docs/ARCHITECTURE.md, efa transport).
 const std::vector<ProviderCandidate> kDefaultProviderOrder = {
     {"efa", false}, {"net", true}, {"tcp", true}, {"tcp;ofi_rxm", false}, {"shm", false}};
 
