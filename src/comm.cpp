@@ -431,23 +431,24 @@ Status Communicator::healthLocked(Operation& op) {
     int local = localOfRank_[peer];
     bool departed =
         local >= 0 && segment_.rankArea(local)->departed.load(std::memory_order_acquire);
+    bool exited = watch_.isDead(peer);
     // Over the network a peer's last message can still be on its way (in socket buffers, or
-    // not yet read by the provider) when that peer has already finished and left: keep
-    // progressing for a grace period before calling it a different number of calls.
-    // Its process may exit within that grace too: its delivered bytes are still readable.
+    // not yet read by the provider) when that peer has already finished and left, and even
+    // exited: a provider that completes a send once the socket holds its bytes (net) lets the
+    // sender leave before this rank has read them, and they stay readable. Keep progressing
+    // for a grace period before calling the peer gone.
     bool inGrace = false;
-    if (departed && ctx_.transportOfPeer[peer] == efa_.get()) {
+    if ((departed || exited) && ctx_.transportOfPeer[peer] == efa_.get()) {
       if (departedSeenNs_ == 0) departedSeenNs_ = now;
       inGrace = now - departedSeenNs_ <= kDepartedGraceNs;
-      departed = !inGrace;
     }
-    if (departed)
+    if (departed && !inGrace)
       return makeError(Code::kInvalidUsage,
                        "%s destroyed its communicator while this rank was still %s it: the "
                        "ranks made different numbers of calls",
                        describePeer(peer).c_str(), op.blockedOn());
     TRNCCL_RETURN_IF_ERROR(op.probeMismatch(ctx_, local));
-    if (!inGrace && watch_.isDead(peer))
+    if (exited && !inGrace)
       return makeError(Code::kRemoteError,
                        "%s exited while this rank was %s it; the job cannot continue (look at "
                        "rank %d's output for why it died)",

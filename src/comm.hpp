@@ -115,8 +115,8 @@ class Communicator {
   std::vector<std::unique_ptr<Registration>> registrations_;
   Status failure_;  // sticky: once set, the communicator only reports it
   int64_t lastLivenessCheckNs_ = 0;
-  // When this rank first saw the peer it waits for over efa gone from the node segment (0 =
-  // not yet); see healthLocked.
+  // When this rank first saw the peer it waits for over efa gone, departed from the node
+  // segment or exited (0 = not yet); see healthLocked.
   int64_t departedSeenNs_ = 0;
   static constexpr int64_t kDepartedGraceNs = 2'000'000'000;
   uint64_t blockedPasses_ = 0;
