@@ -59,7 +59,8 @@ class Communicator {
   Status flush();
   // Tells local peers this rank left on purpose (after flush, before destroy).
   void markDeparted();
-  // Lets this rank's last network sends leave before the endpoints close (destroy).
+  // Before destroy's endpoints close: trades a farewell with each efa peer it exchanged
+  // messages with (bounded), so no peer's unread last message goes with them (comm.cpp).
   void drainNetwork();
 
   // Any thread: fail every pending operation and tell local peers.
@@ -118,6 +119,9 @@ class Communicator {
   // When this rank first saw the peer it waits for over efa gone, departed from the node
   // segment or exited (0 = not yet); see healthLocked.
   int64_t departedSeenNs_ = 0;
+  // drainNetwork: how long a destroy waits for peers' farewells, and where they land.
+  static constexpr double kFarewellSeconds = 1.0;
+  std::vector<char> farewellBytes_;
   static constexpr int64_t kDepartedGraceNs = 2'000'000'000;
   uint64_t blockedPasses_ = 0;
   std::atomic<bool> abortRequested_{false};

@@ -60,6 +60,8 @@ class EfaTransport : public Transport {
   // operation, so that no receive can land in a user buffer the caller frees after the error.
   // Later progress calls fail.
   void shutdown();
+  // Whether any message went to or came from this peer (both sides agree once all finished).
+  bool exchangedWith(int peer) const { return sendSeq_[peer] != 0 || recvSeq_[peer] != 0; }
   // Before a normal destroy: progresses until posted sends completed (at most `seconds`), so
   // the last messages of the job leave this process before its endpoints close.
   void drain(double seconds);
