@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -585,7 +586,8 @@ void Communicator::drainNetwork() {
   const Deadline deadline = Deadline::after(std::min(kFarewellSeconds, options_.timeoutSeconds));
   struct Farewell {
     TransferOp send, recv;
-    bool sent = false, received = false;
+    bool sent = false, received = false;  // done, or no longer waited for
+    bool posted = true;                   // its receive may still be posted
   };
   std::vector<Farewell> farewells;
   static const char kByte = 1;
@@ -615,6 +617,7 @@ void Communicator::drainNetwork() {
       }
       if (!f.received) {
         auto r = efa_->progressRecv(f.recv);
+        f.posted = !r.isOk() || !r.value();  // after an error, parts of it may be
         f.received = !r.isOk() || r.value() || gone(f.recv.peer);
       }
       waiting = waiting || !f.sent || !f.received;
@@ -623,8 +626,9 @@ void Communicator::drainNetwork() {
     if (waiting) std::this_thread::yield();         // the peer may need this core
   }
   efa_->drain(std::max(0.0, deadline.remainingMs() / 1000.0));
-  // A farewell still posted could land after this returns: close the endpoints now instead.
-  if (waiting) efa_->shutdown();
+  // A farewell receive still posted could land after this returns: close the endpoints now.
+  if (std::any_of(farewells.begin(), farewells.end(), [](const Farewell& f) { return f.posted; }))
+    efa_->shutdown();
 }
 
 void Communicator::markDeparted() {

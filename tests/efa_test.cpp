@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "support/multirank.hpp"
@@ -670,6 +671,48 @@ TEST_P(EfaOverTcp, PeerDeathUnderLibfabricTrafficIsNamedBySurvivors) {
     EXPECT_TRUE(outcomes[r].exitCode == 0 && outcomes[r].failures.empty())
         << "rank " << r << ": " << outcomes[r].failures;
   EXPECT_EQ(outcomes[nranks - 1].signal, SIGKILL);
+}
+
+// A sender that destroys its communicator right after its last send waits for the receiver's
+// farewell, which comes only once the receiver finished its operations: the message (eager,
+// under the rendezvous threshold) is not left in a socket the closing endpoint could take
+// with it. The wait is bounded: this receiver takes its message after 300 ms but destroys only
+// 3 s later, and the sender's destroy returns after about 1 s.
+TEST_P(EfaOverTcp, DestroyWaitsForTheReceiverButNotForever) {
+  const char* provider = GetParam();
+  auto outcomes = runRanks(2, [provider](int rank, int n, const trncclUniqueId& id) {
+    efa::pinSocketProviders("lo", /*overwrite=*/true);
+    setenv("TRNCCL_TRANSPORT", "efa", 1);
+    setenv("TRNCCL_FI_PROVIDER", provider, 1);
+    trncclComm_t comm = nullptr;
+    std::string error = testing::initComm(&comm, n, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    std::vector<float> data(192 << 10);  // 768 KiB
+    if (rank == 0) {
+      std::iota(data.begin(), data.end(), 1.0f);
+      if (trncclSend(data.data(), data.size(), trncclFloat32, 1, comm) != trncclSuccess)
+        f.add("send failed: %s", trncclGetLastError(comm));
+      auto start = Clock::now();
+      if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
+      const double took = since(start);
+      if (took < 0.2 || took > 3.0)
+        f.add(
+            "the sender's destroy took %.2f s: it should wait for the receiver (which takes "
+            "its message after 0.3 s) but at most about 1 s",
+            took);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (trncclRecv(data.data(), data.size(), trncclFloat32, 0, comm) != trncclSuccess)
+        f.add("receive failed: %s", trncclGetLastError(comm));
+      for (size_t i = 0; i < data.size() && f.empty(); ++i)
+        if (data[i] != static_cast<float>(i + 1)) f.add("element %zu is %g", i, data[i]);
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
+    }
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
 }
 
 // Every communicator opens its own rails (sockets, threads, registrations); splitting and
