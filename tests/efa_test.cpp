@@ -53,6 +53,14 @@ struct Pair {
 // The two ways over TCP: net (reliable datagrams in the provider) and tcp under ofi_rxm.
 constexpr const char* kSocketProviders[] = {"net", "tcp;ofi_rxm"};
 
+// In a rank process before init: every peer over libfabric with this provider, and the socket
+// providers pinned to loopback.
+void useEfaOver(const char* provider) {
+  efa::pinSocketProviders("lo", /*overwrite=*/true);
+  setenv("TRNCCL_TRANSPORT", "efa", 1);
+  setenv("TRNCCL_FI_PROVIDER", provider, 1);
+}
+
 // Parameter: one of kSocketProviders. Test names end in /net or /tcp, so the in-process net
 // cases can run as their own meson test (tests/meson.build says why).
 class SocketTransport : public ::testing::TestWithParam<const char*> {};
@@ -474,9 +482,7 @@ TEST(EfaTransport, DefaultProviderOverTcpIsNetWithoutRxm) {
 // and bad arguments are named.
 TEST(Efa, RegisteredBuffersCarryAllReducesAndHandlesAreChecked) {
   auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
-    setenv("FI_TCP_IFACE", "lo", 1);
-    setenv("TRNCCL_TRANSPORT", "efa", 1);
-    setenv("TRNCCL_FI_PROVIDER", "tcp;ofi_rxm", 1);
+    useEfaOver("tcp;ofi_rxm");
     setenv("TRNCCL_EFA_MR_CACHE", "0", 1);
     trncclComm_t comm;
     std::string error = initComm(&comm, n, id, rank);
@@ -568,9 +574,7 @@ TEST(Efa, AnUnknownRegistrationCacheSettingFailsInitNamingTheKnob) {
 // sockaddr to an address vector that reads a longer one.
 TEST(Efa, ProvidersThatDifferBetweenRanksAreNamedAtInit) {
   auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
-    setenv("FI_TCP_IFACE", "lo", 1);
-    setenv("TRNCCL_TRANSPORT", "efa", 1);
-    setenv("TRNCCL_FI_PROVIDER", rank == 0 ? "tcp;ofi_rxm" : "shm", 1);
+    useEfaOver(rank == 0 ? "tcp;ofi_rxm" : "shm");
     trncclComm_t comm = nullptr;
     trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
     std::string text = trncclGetLastError(nullptr);
@@ -642,9 +646,7 @@ TEST_P(EfaOverTcp, PeerDeathUnderLibfabricTrafficIsNamedBySurvivors) {
   const int nranks = 3;
   const char* provider = GetParam();
   auto outcomes = runRanks(nranks, [provider](int rank, int n, const trncclUniqueId& id) {
-    efa::pinSocketProviders("lo", /*overwrite=*/true);
-    setenv("TRNCCL_TRANSPORT", "efa", 1);
-    setenv("TRNCCL_FI_PROVIDER", provider, 1);
+    useEfaOver(provider);
     setenv("TRNCCL_TIMEOUT", "60", 1);
     trncclComm_t comm = nullptr;
     std::string error = testing::initComm(&comm, n, id, rank);
@@ -681,9 +683,7 @@ TEST_P(EfaOverTcp, PeerDeathUnderLibfabricTrafficIsNamedBySurvivors) {
 TEST_P(EfaOverTcp, DestroyWaitsForTheReceiverButNotForever) {
   const char* provider = GetParam();
   auto outcomes = runRanks(2, [provider](int rank, int n, const trncclUniqueId& id) {
-    efa::pinSocketProviders("lo", /*overwrite=*/true);
-    setenv("TRNCCL_TRANSPORT", "efa", 1);
-    setenv("TRNCCL_FI_PROVIDER", provider, 1);
+    useEfaOver(provider);
     trncclComm_t comm = nullptr;
     std::string error = testing::initComm(&comm, n, id, rank);
     if (!error.empty()) return error;
@@ -720,9 +720,7 @@ TEST_P(EfaOverTcp, DestroyWaitsForTheReceiverButNotForever) {
 TEST_P(EfaOverTcp, HundredCommunicatorsLeaveNoDescriptorsBehind) {
   const char* provider = GetParam();
   auto outcomes = runRanks(2, [provider](int rank, int n, const trncclUniqueId& id) {
-    efa::pinSocketProviders("lo", /*overwrite=*/true);
-    setenv("TRNCCL_TRANSPORT", "efa", 1);
-    setenv("TRNCCL_FI_PROVIDER", provider, 1);
+    useEfaOver(provider);
     trncclComm_t parent = nullptr;
     std::string error = testing::initComm(&parent, n, id, rank);
     if (!error.empty()) return error;
