@@ -1,6 +1,6 @@
 // Unit tests of the pieces under the communicator: env registry, type conversions, reduction
 // kernels (every compiled ISA variant against the independent reference), the planner's
-// override grammar, unique id text form and node grouping.
+// override grammar, unique id text form, node grouping and the shared-memory segment's attach.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +19,7 @@
 #include "support/reference.hpp"
 #include "support/sweep.hpp"
 #include "topology/host.hpp"
+#include "transports/shm/segment.hpp"
 
 namespace trnccl {
 namespace {
@@ -257,6 +258,45 @@ TEST(Topology, GroupsRanksByHost) {
   unsetenv("TRNCCL_HOSTID");
   EXPECT_NE(a.hash, b.hash);
   EXPECT_EQ(a.id, "node-a");
+}
+
+// Local rank 0 waits for the others to map the segment and checks meanwhile that they live. A
+// peer can attach, finish its whole job and exit between rank 0's read of the attach count and
+// its liveness check (CI, ThreadSanitizer, 3 ranks on 2 cores): that is a successful init, not
+// "exited before mapping the segment". The liveness callback here plays that peer: it attaches
+// as local rank 1, unmaps and then reports rank 1 gone.
+TEST(Segment, PeerThatAttachedAndExitedDuringTheWaitIsNoInitFailure) {
+  shm::SegmentParams params;
+  params.localSize = 2;
+  params.ringSlots = 2;
+  params.ringSlotBytes = 4096;
+  params.windowBytes = 4096;
+  const std::string dir = "/dev/shm";
+  const std::string name = "trnccl-unit-segment-" + std::to_string(getpid());
+  auto ok = []() { return Status::ok(); };
+  int livenessChecks = 0;
+  auto peerAttachesThenExits = [&]() -> Status {
+    if (++livenessChecks == 1) {
+      shm::Segment peer;
+      Status attached = peer.attach(dir, name, 1, params, Deadline::after(10), ok);
+      EXPECT_TRUE(attached.isOk()) << attached.message();
+    }
+    return makeError(Code::kRemoteError, "rank 1 exited");
+  };
+  shm::Segment creator;
+  Status status = creator.attach(dir, name, 0, params, Deadline::after(10), peerAttachesThenExits);
+  EXPECT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(livenessChecks, 1);
+  EXPECT_NE(access((dir + "/" + name).c_str(), F_OK), 0) << "the segment's name outlived init";
+
+  // A peer that really never attaches still fails the init, with the liveness check's words,
+  // and the name is removed.
+  shm::Segment alone;
+  auto neverAttaches = []() { return makeError(Code::kRemoteError, "rank 1 exited"); };
+  status = alone.attach(dir, name, 0, params, Deadline::after(10), neverAttaches);
+  EXPECT_EQ(status.code(), Code::kRemoteError);
+  EXPECT_EQ(status.message(), "rank 1 exited");
+  EXPECT_NE(access((dir + "/" + name).c_str(), F_OK), 0) << "a failed init left the segment";
 }
 
 }  // namespace

@@ -133,6 +133,10 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
                                                     "memory segment in time (TRNCCL_TIMEOUT)")
                                         : peersAlive();
     if (!problem.isOk()) {
+      // The last peers may have attached, finished and exited between the count read above and
+      // the liveness check: then everyone mapped the segment and init succeeded (a peer gone
+      // since is the collectives' to report, as for any rank that exits after init).
+      if (header_->attached.load(std::memory_order_acquire) >= header_->params.localSize) break;
       ::unlink(path_.c_str());
       return problem;
     }
