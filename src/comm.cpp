@@ -433,15 +433,19 @@ Status Communicator::healthLocked(Operation& op) {
     bool departed =
         local >= 0 && segment_.rankArea(local)->departed.load(std::memory_order_acquire);
     bool exited = watch_.isDead(peer);
-    // Over the network a peer's last message can still be on its way (in socket buffers, or
-    // not yet read by the provider) when that peer has already finished and left, and even
-    // exited: a provider that completes a send once the socket holds its bytes (net) lets the
-    // sender leave before this rank has read them, and they stay readable. Keep progressing
-    // for a grace period before calling the peer gone.
+    // A peer can write what this rank waits for, finish and leave (even exit) between this
+    // rank's last progress pass and this check: this rank may have been descheduled there.
+    // Keep progressing for a grace period before calling the peer gone. Over shm the peer's
+    // writes are already in the segment, so the grace lasts until the next check (at least
+    // 5 ms and 63 passes later). Over the network its last message can still be on its way
+    // (in socket buffers, or not yet read by the provider): a provider that completes a send
+    // once the socket holds its bytes (net) lets the sender leave, and even exit, before this
+    // rank has read them, and they stay readable; that grace is kDepartedGraceNs.
     bool inGrace = false;
-    if ((departed || exited) && ctx_.transportOfPeer[peer] == efa_.get()) {
+    if (departed || exited) {
       if (departedSeenNs_ == 0) departedSeenNs_ = now;
-      inGrace = now - departedSeenNs_ <= kDepartedGraceNs;
+      const int64_t grace = ctx_.transportOfPeer[peer] == efa_.get() ? kDepartedGraceNs : 0;
+      inGrace = now == departedSeenNs_ || now - departedSeenNs_ <= grace;
     }
     if (departed && !inGrace)
       return makeError(Code::kInvalidUsage,

@@ -116,8 +116,8 @@ class Communicator {
   std::vector<std::unique_ptr<Registration>> registrations_;
   Status failure_;  // sticky: once set, the communicator only reports it
   int64_t lastLivenessCheckNs_ = 0;
-  // When this rank first saw the peer it waits for over efa gone, departed from the node
-  // segment or exited (0 = not yet); see healthLocked.
+  // When this rank first saw the peer it waits for gone, departed from the node segment or
+  // exited (0 = not yet); see healthLocked.
   int64_t departedSeenNs_ = 0;
   // drainNetwork: how long a destroy waits for peers' farewells, and where they land.
   static constexpr double kFarewellSeconds = 1.0;
