@@ -22,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "core/env.hpp"
 #include "transports/efa/efa_transport.hpp"
 #include "transports/efa/fabric.hpp"
 
@@ -177,8 +176,24 @@ int main(int argc, char** argv) {
   double factor = 8;
   int iters = 200;
   int repeats = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  const char* usage =
+      "usage: fabric_pingpong [-p PROVIDER] [-b MIN] [-e MAX] [-f F] [-n N] [-R REPEATS]\n"
+      "  Raw libfabric against trnccl's efa transport, same provider, sizes and endpoints:\n"
+      "  ping-pong latency, request/response exchange and a one-way stream, medians.\n"
+      "  -p provider (default tcp;ofi_rxm; socket providers are pinned to lo)\n"
+      "  -b/-e smallest/largest message (8, 4M), -f size factor (8), -n iterations per\n"
+      "  size (200), -R repeats whose median is printed (5). TRNCCL_EFA_RNDV_BYTES applies\n"
+      "  to the trnccl side as in the library.\n";
+  for (int i = 1; i < argc; i += 2) {
     std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      std::fputs(usage, stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "fabric_pingpong: %s needs a value\n%s", flag.c_str(), usage);
+      return 2;
+    }
     if (flag == "-p")
       provider = argv[i + 1];
     else if (flag == "-b")
@@ -192,9 +207,7 @@ int main(int argc, char** argv) {
     else if (flag == "-R")
       repeats = std::max(1, std::atoi(argv[i + 1]));
     else {
-      std::fprintf(stderr,
-                   "usage: fabric_pingpong [-p PROVIDER] [-b MIN] [-e MAX] [-f F] [-n N] "
-                   "[-R REPEATS]\n");
+      std::fprintf(stderr, "fabric_pingpong: unknown option %s\n%s", flag.c_str(), usage);
       return 2;
     }
   }
@@ -222,10 +235,9 @@ int main(int argc, char** argv) {
   efa::EfaOptions options;
   options.provider = provider;
   options.rails = 1;
-  auto rendezvous = env::getInt(env::kEfaRendezvousBytes);  // as the library reads it
-  if (!rendezvous.isOk() || rendezvous.value() < 0)
-    die(rendezvous.isOk() ? "TRNCCL_EFA_RNDV_BYTES is negative" : rendezvous.status().message());
-  options.rendezvousBytes = static_cast<size_t>(rendezvous.value());
+  auto fromEnvironment = efa::EfaOptions::fromEnvironment();  // as the library reads them
+  if (!fromEnvironment.isOk()) die(fromEnvironment.status().message());
+  options.rendezvousBytes = fromEnvironment.value().rendezvousBytes;
   const int me = server ? 1 : 0;
   t.peer = 1 - me;
   auto opened = efa::EfaTransport::open(me, 2, options);

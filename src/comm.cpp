@@ -191,33 +191,9 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   }
   const bool needEfa = std::count(viaEfa.begin(), viaEfa.end(), 1) > 0;
   if (needEfa) {
-    auto rails = env::getInt(env::kEfaRails);
-    TRNCCL_RETURN_IF_ERROR(rails.status());
-    if (rails.value() < 0 || rails.value() > 32)
-      return makeError(Code::kInvalidArgument, "TRNCCL_EFA_RAILS=%lld is outside 0..32",
-                       static_cast<long long>(rails.value()));
-    auto rendezvous = env::getInt(env::kEfaRendezvousBytes);
-    TRNCCL_RETURN_IF_ERROR(rendezvous.status());
-    if (rendezvous.value() < 0)
-      return makeError(Code::kInvalidArgument,
-                       "TRNCCL_EFA_RNDV_BYTES=%lld is negative (0 turns rendezvous off)",
-                       static_cast<long long>(rendezvous.value()));
-    efa::EfaOptions efaOptions;
-    efaOptions.provider = env::getString(env::kFiProvider);
-    efaOptions.rails = static_cast<int>(rails.value());
-    efaOptions.rendezvousBytes = static_cast<size_t>(rendezvous.value());
-    efaOptions.topologyXml = env::getString(env::kTopoXml);
-    const std::string mrCache = env::getString(env::kEfaMrCache);
-    if (mrCache == "auto" || mrCache.empty())
-      efaOptions.userMrCache = efa::EfaOptions::UserMrCache::kAuto;
-    else if (mrCache == "1" || mrCache == "on")
-      efaOptions.userMrCache = efa::EfaOptions::UserMrCache::kOn;
-    else if (mrCache == "0" || mrCache == "off")
-      efaOptions.userMrCache = efa::EfaOptions::UserMrCache::kOff;
-    else
-      return makeError(Code::kInvalidArgument, "TRNCCL_EFA_MR_CACHE='%s' is not auto, 1 or 0 (%s)",
-                       mrCache.c_str(), env::kEfaMrCache.doc);
-    auto opened = efa::EfaTransport::open(rank, nranks, efaOptions);
+    auto efaOptions = efa::EfaOptions::fromEnvironment();
+    TRNCCL_RETURN_IF_ERROR(efaOptions.status());
+    auto opened = efa::EfaTransport::open(rank, nranks, efaOptions.value());
     TRNCCL_RETURN_IF_ERROR(opened.status());
     efa_ = std::move(opened.value());
   }

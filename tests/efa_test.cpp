@@ -69,12 +69,15 @@ std::string providerName(const ::testing::TestParamInfo<const char*>& info) {
 }
 
 // rendezvousA/B: each side's TRNCCL_EFA_RNDV_BYTES (0 = eager only).
+// maxQueued: EfaOptions::maxQueued (0 = the provider's queue sizes).
 Pair connectedPair(const std::string& provider, int rails, size_t rendezvousA = 0,
                    size_t rendezvousB = 0,
-                   efa::EfaOptions::UserMrCache userMrCache = efa::EfaOptions::UserMrCache::kAuto) {
+                   efa::EfaOptions::UserMrCache userMrCache = efa::EfaOptions::UserMrCache::kAuto,
+                   size_t maxQueued = 0) {
   efa::pinSocketProviders("lo", /*overwrite=*/true);
   Pair p;
   efa::EfaOptions options;
+  options.maxQueued = maxQueued;
   options.userMrCache = userMrCache;
   options.provider = provider;
   options.rails = rails;
@@ -337,6 +340,60 @@ TEST_P(SocketTransport, RendezvousReducingReceiveReadsIntoPlaceOrStaging) {
   EXPECT_EQ(p.b->rendezvousReceives(), 2u);
 }
 
+// Several messages to one peer at once with the budget full: a pass that finds no room for
+// one message's next fragment reads completions, and the room that frees must not go to a later
+// message first. net reads each connection in order and waits, without reading further, for
+// a receive that matches what comes next; a receiver whose budget held later fragments while
+// the sender's stream had an earlier one first deadlocked (fabric_pingpong, net, eager
+// stream of 16 x 16 MiB: both ranks spun for 18 minutes). Budgets of 8 here, 8 messages of 9
+// fragments each way, both ends posting in the same order as the engine does.
+void manyMessagesOneWay(Pair& p, size_t rendezvous) {
+  constexpr int kMessages = 8;
+  const size_t bytes = (9u << 19) - 12;  // 9 fragments of 512 KiB, the last one short
+  std::vector<std::vector<unsigned char>> src(kMessages), dst(kMessages);
+  std::vector<TransferOp> sends(kMessages), recvs(kMessages);
+  for (int i = 0; i < kMessages; ++i) {
+    src[i].resize(bytes);
+    for (size_t j = 0; j < bytes; ++j) src[i][j] = static_cast<unsigned char>(j * 13 + i);
+    dst[i].assign(bytes, 0);
+    auto [send, recv] = aToB(src[i].data(), bytes, dst[i].data(), bytes);
+    sends[i] = send;
+    recvs[i] = recv;
+  }
+  std::vector<bool> sent(kMessages), received(kMessages);
+  auto start = Clock::now();
+  for (int left = 2 * kMessages; left > 0;) {
+    for (int i = 0; i < kMessages; ++i) {
+      if (!sent[i]) {
+        auto r = p.a->progressSend(sends[i]);
+        ASSERT_TRUE(r.isOk()) << r.status().message();
+        if (r.value()) sent[i] = true, --left;
+      }
+    }
+    for (int i = 0; i < kMessages; ++i) {
+      if (!received[i]) {
+        auto r = p.b->progressRecv(recvs[i]);
+        ASSERT_TRUE(r.isOk()) << r.status().message();
+        if (r.value()) received[i] = true, --left;
+      }
+    }
+    ASSERT_TRUE(p.a->endPass().isOk());
+    ASSERT_TRUE(p.b->endPass().isOk());
+    ASSERT_LT(since(start), 20) << "8 messages of 4.5 MiB did not arrive in 20 s (rendezvous "
+                                << rendezvous << ")";
+  }
+  for (int i = 0; i < kMessages; ++i) EXPECT_EQ(src[i], dst[i]) << "message " << i;
+}
+
+TEST_P(SocketTransport, ManyMessagesToOnePeerWithAFullBudgetAllArrive) {
+  for (size_t rendezvous : {size_t{0}, size_t{1} << 20}) {
+    Pair p = connectedPair(GetParam(), 1, rendezvous, rendezvous,
+                           efa::EfaOptions::UserMrCache::kAuto, /*maxQueued=*/8);
+    ASSERT_TRUE(p.a && p.b);
+    manyMessagesOneWay(p, rendezvous);
+  }
+}
+
 // Each side computes the pair's threshold from both published values: the larger one, or
 // off when either side has it off. Both sides then pick the same protocol for every size.
 TEST(EfaTransport, RendezvousThresholdIsAgreedPerPair) {
@@ -357,6 +414,52 @@ TEST(EfaTransport, RendezvousThresholdIsAgreedPerPair) {
     EXPECT_EQ(sendBytes(p, 4 << 20), "");
     EXPECT_EQ(p.b->rendezvousReceives(), 0u);
   }
+}
+
+// TRNCCL_EFA_RNDV_BYTES=auto: net streams a message behind its header and carries RMA reads
+// over the same socket, so a rendezvous there only adds a round trip: eager only. Through
+// ofi_rxm (whose own eager limit is 16 KiB) and elsewhere, reads from 1 MiB.
+TEST_P(SocketTransport, RendezvousThresholdDefaultsByProvider) {
+  const std::string provider = GetParam();
+  efa::pinSocketProviders("lo", /*overwrite=*/true);
+  efa::EfaOptions options;
+  options.provider = provider;
+  options.rails = 1;
+  auto byDefault = efa::EfaTransport::open(0, 2, options);
+  ASSERT_TRUE(byDefault.isOk()) << byDefault.status().message();
+  const std::string expected = provider == "net"
+                                   ? "rendezvous off (provider default)"
+                                   : "rendezvous reads from 1048576 B (provider default)";
+  EXPECT_TRUE(contains(byDefault.value()->describe(), expected)) << byDefault.value()->describe();
+  options.rendezvousBytes = 64 << 10;
+  auto chosen = efa::EfaTransport::open(0, 2, options);
+  ASSERT_TRUE(chosen.isOk()) << chosen.status().message();
+  EXPECT_TRUE(
+      contains(chosen.value()->describe(), "rendezvous reads from 65536 B (TRNCCL_EFA_RNDV_BYTES)"))
+      << chosen.value()->describe();
+}
+
+TEST(EfaTransport, RendezvousSettingIsReadAsTheRegistrySays) {
+  EXPECT_EQ(efa::defaultRendezvousBytes("net"), 0u);
+  EXPECT_EQ(efa::defaultRendezvousBytes("tcp"), 0u);
+  EXPECT_EQ(efa::defaultRendezvousBytes("tcp;ofi_rxm"), 1u << 20);
+  EXPECT_EQ(efa::defaultRendezvousBytes("efa"), 1u << 20);
+  EXPECT_EQ(efa::defaultRendezvousBytes("shm"), 1u << 20);
+  unsetenv("TRNCCL_EFA_RNDV_BYTES");
+  EXPECT_FALSE(efa::EfaOptions::fromEnvironment().value().rendezvousBytes.has_value());
+  setenv("TRNCCL_EFA_RNDV_BYTES", "auto", 1);
+  EXPECT_FALSE(efa::EfaOptions::fromEnvironment().value().rendezvousBytes.has_value());
+  setenv("TRNCCL_EFA_RNDV_BYTES", "4M", 1);
+  EXPECT_EQ(efa::EfaOptions::fromEnvironment().value().rendezvousBytes, size_t{4} << 20);
+  setenv("TRNCCL_EFA_RNDV_BYTES", "0", 1);
+  EXPECT_EQ(efa::EfaOptions::fromEnvironment().value().rendezvousBytes, size_t{0});
+  for (const char* bad : {"-1", "lots"}) {
+    setenv("TRNCCL_EFA_RNDV_BYTES", bad, 1);
+    auto options = efa::EfaOptions::fromEnvironment();
+    ASSERT_FALSE(options.isOk()) << bad;
+    EXPECT_TRUE(contains(options.status().message(), "TRNCCL_EFA_RNDV_BYTES")) << bad;
+  }
+  unsetenv("TRNCCL_EFA_RNDV_BYTES");
 }
 
 TEST_P(SocketTransport, RendezvousSizeMismatchIsAnErrorEitherWay) {

@@ -81,12 +81,14 @@ const Var kEfaRails{"TRNCCL_EFA_RAILS", Kind::kInt, "0",
                     "endpoints per NIC (how loopback exercises striping)."};
 
 const Var kEfaRendezvousBytes{
-    "TRNCCL_EFA_RNDV_BYTES", Kind::kBytes, "1M",
+    "TRNCCL_EFA_RNDV_BYTES", Kind::kBytes, "auto",
     "Messages over efa of at least this many bytes go by rendezvous: the sender announces its "
     "registered buffer and the receiver pulls the data with RMA reads (fi_read) straight into "
     "place, when the provider offers FI_RMA. Smaller messages are sent eagerly (tagged sends). "
-    "0 = never. Ranks that disagree use the larger value; a rank without FI_RMA turns it off "
-    "for its pairs."};
+    "0 = never. auto = 1M, except never over TCP providers with their own RDM endpoints (net, "
+    "tcp without ofi_rxm): their reads cross the same socket as messages, so a rendezvous only "
+    "adds a round trip (2-rank all-reduce at 4 MiB took about 0.6x the time eager). Ranks that "
+    "disagree use the larger value; a rank without FI_RMA turns it off for its pairs."};
 
 const Var kEfaMrCache{
     "TRNCCL_EFA_MR_CACHE", Kind::kString, "auto",

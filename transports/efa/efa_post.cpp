@@ -71,9 +71,32 @@ Result<Message*> EfaTransport::start(TransferOp& op, bool send) {
   return m;
 }
 
+// Both ends of a pair post the operations that match on the pair's stream in the same order,
+// message by message (sequence order) and fragment by fragment: a message waits until the
+// one before it to the same peer, same direction, has all of those posted. A provider that
+// reads each connection in order (net) waits for a receive matching what comes next without
+// reading further; had a pass filled the budget with a later message's receives while the
+// stream held an earlier message's fragment first, neither could ever move. What goes on the
+// stream in order: every eager fragment; for a rendezvous, the sender's "done" receive and
+// announcement, the receiver's announcement receive (its reads and "done" are not matched
+// against the sender's receives in that order, so they may come later).
 Result<bool> EfaTransport::post(Message& m, TransferOp& op) {
-  if (!m.rendezvous) return postFragments(m, op);
-  return m.send ? postRendezvousSend(m, op) : postRendezvousRecv(m, op);
+  uint32_t& next = (m.send ? nextSendToPost_ : nextRecvToPost_)[m.peer];
+  if (!m.inStreamOrder) {
+    if (m.seq != next) return false;
+    m.inStreamOrder = true;
+  }
+  Result<bool> posted = !m.rendezvous ? postFragments(m, op)
+                        : m.send      ? postRendezvousSend(m, op)
+                                      : postRendezvousRecv(m, op);
+  if (!m.streamPosted) {
+    const bool done = !m.rendezvous ? m.posted == m.fragments : m.ctrlPosted >= (m.send ? 2 : 1);
+    if (done) {
+      m.streamPosted = true;
+      ++next;
+    }
+  }
+  return posted;
 }
 
 template <typename Call>

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/env.hpp"
 #include "core/strformat.hpp"
 
 namespace trnccl::efa {
@@ -32,6 +33,44 @@ std::string mrModeText(uint64_t mode) {
 
 }  // namespace
 
+size_t defaultRendezvousBytes(const std::string& providerName) {
+  const bool ownTcpEndpoints = providerName == "net" || providerName == "tcp";
+  return ownTcpEndpoints ? 0 : size_t{1} << 20;
+}
+
+Result<EfaOptions> EfaOptions::fromEnvironment() {
+  EfaOptions options;
+  options.provider = env::getString(env::kFiProvider);
+  auto rails = env::getInt(env::kEfaRails);
+  TRNCCL_RETURN_IF_ERROR(rails.status());
+  if (rails.value() < 0 || rails.value() > 32)
+    return makeError(Code::kInvalidArgument, "TRNCCL_EFA_RAILS=%lld is outside 0..32",
+                     static_cast<long long>(rails.value()));
+  options.rails = static_cast<int>(rails.value());
+  if (env::getString(env::kEfaRendezvousBytes) != "auto") {
+    auto rendezvous = env::getInt(env::kEfaRendezvousBytes);
+    TRNCCL_RETURN_IF_ERROR(rendezvous.status());
+    if (rendezvous.value() < 0)
+      return makeError(Code::kInvalidArgument,
+                       "TRNCCL_EFA_RNDV_BYTES=%lld is negative (0 turns rendezvous off, auto "
+                       "leaves it to the provider)",
+                       static_cast<long long>(rendezvous.value()));
+    options.rendezvousBytes = static_cast<size_t>(rendezvous.value());
+  }
+  options.topologyXml = env::getString(env::kTopoXml);
+  const std::string mrCache = env::getString(env::kEfaMrCache);
+  if (mrCache == "auto" || mrCache.empty())
+    options.userMrCache = UserMrCache::kAuto;
+  else if (mrCache == "1" || mrCache == "on")
+    options.userMrCache = UserMrCache::kOn;
+  else if (mrCache == "0" || mrCache == "off")
+    options.userMrCache = UserMrCache::kOff;
+  else
+    return makeError(Code::kInvalidArgument, "TRNCCL_EFA_MR_CACHE='%s' is not auto, 1 or 0 (%s)",
+                     mrCache.c_str(), env::kEfaMrCache.doc);
+  return options;
+}
+
 Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
                                                          const EfaOptions& options) {
   if (nranks > (1 << 19))
@@ -45,13 +84,24 @@ Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
   for (fi_info* info : t->choice_.use) {
     auto rail = openRail(info);
     TRNCCL_RETURN_IF_ERROR(rail.status());
+    if (options.maxQueued) {
+      rail.value()->maxSends = std::min(rail.value()->maxSends, options.maxQueued);
+      rail.value()->maxRecvs = std::min(rail.value()->maxRecvs, options.maxQueued);
+    }
     t->rails_.push_back(std::move(rail.value()));
     t->caches_.push_back(std::make_unique<MrCache>(*t->rails_.back(), kMrCacheEntries));
   }
   // Announcements carry 8-byte keys; providers with longer (raw) keys stay eager.
   const fi_info* info = t->rails_.front()->info;
-  if (t->choice_.rma && info->domain_attr->mr_key_size <= 8)
-    t->rendezvousBytes_ = options.rendezvousBytes;
+  const size_t wanted =
+      options.rendezvousBytes.value_or(defaultRendezvousBytes(info->fabric_attr->prov_name));
+  t->rendezvousSource_ = options.rendezvousBytes ? "TRNCCL_EFA_RNDV_BYTES" : "provider default";
+  if (!t->choice_.rma)
+    t->rendezvousSource_ = "no FI_RMA";
+  else if (info->domain_attr->mr_key_size > 8)
+    t->rendezvousSource_ = "keys over 8 bytes";
+  else
+    t->rendezvousBytes_ = wanted;
   // Registration pins pages where the provider demands local or allocated memory; a cached
   // entry could then outlive its buffer (mr_cache.hpp).
   const bool pins = info->domain_attr->mr_mode & (FI_MR_LOCAL | FI_MR_ALLOCATED);
@@ -65,6 +115,8 @@ Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
   t->pairRendezvous_.assign(nranks, 0);
   t->sendSeq_.assign(nranks, 0);
   t->recvSeq_.assign(nranks, 0);
+  t->nextSendToPost_.assign(nranks, 0);
+  t->nextRecvToPost_.assign(nranks, 0);
   return t;
 }
 
@@ -155,9 +207,10 @@ std::string EfaTransport::describe() const {
   }
   std::string rma = "no FI_RMA (eager only)";
   if (rendezvousBytes_)
-    rma = strformat("FI_RMA: rendezvous reads from %zu B", rendezvousBytes_);
+    rma = strformat("FI_RMA: rendezvous reads from %zu B (%s)", rendezvousBytes_,
+                    rendezvousSource_.c_str());
   else if (choice_.rma)
-    rma = "FI_RMA offered, rendezvous off (TRNCCL_EFA_RNDV_BYTES=0 or keys over 8 bytes)";
+    rma = strformat("FI_RMA offered, rendezvous off (%s)", rendezvousSource_.c_str());
   return strformat(
       "provider %s, fabric %s, %zu rail(s) on domain(s) %s (%s), MR mode %s (user buffers: %s), "
       "%s, inject %zu B, %zu outstanding sends and %zu receives per rail, size check %s",

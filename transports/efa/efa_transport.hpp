@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,14 +28,26 @@ struct Message;
 struct FragmentContext;
 
 struct EfaOptions {
-  std::string provider;              // TRNCCL_FI_PROVIDER ("" = efa, net, tcp;ofi_rxm, shm)
-  int rails = 0;                     // TRNCCL_EFA_RAILS (0 = one per NIC the provider offers)
-  size_t rendezvousBytes = 1 << 20;  // TRNCCL_EFA_RNDV_BYTES (0 = always eager)
-  std::string topologyXml;           // TRNCCL_TOPO_XML ("" = discover this machine)
+  std::string provider;  // TRNCCL_FI_PROVIDER ("" = efa, net, tcp;ofi_rxm, shm)
+  int rails = 0;         // TRNCCL_EFA_RAILS (0 = one per NIC the provider offers)
+  // TRNCCL_EFA_RNDV_BYTES: empty = the provider's default (defaultRendezvousBytes), 0 = eager.
+  std::optional<size_t> rendezvousBytes;
+  std::string topologyXml;  // TRNCCL_TOPO_XML ("" = discover this machine)
   // TRNCCL_EFA_MR_CACHE: whether registrations of user buffers are cached (mr_cache.hpp).
   enum class UserMrCache { kAuto, kOn, kOff };
   UserMrCache userMrCache = UserMrCache::kAuto;
+  // Caps each rail's outstanding sends and receives below what the provider's queues allow
+  // (0 = no cap): tests reach a full budget with a few messages instead of hundreds of MiB.
+  size_t maxQueued = 0;
+
+  // The options as the TRNCCL_* variables above set them; a bad value is an error naming it.
+  static Result<EfaOptions> fromEnvironment();
 };
+
+// The rendezvous threshold of a provider (fi_info's prov_name) when TRNCCL_EFA_RNDV_BYTES is
+// auto: 0 (eager only) where RMA reads travel the same TCP stream as messages (net, tcp's own
+// endpoints), 1 MiB elsewhere (efa, tcp;ofi_rxm, shm). See the variable's doc for why.
+size_t defaultRendezvousBytes(const std::string& providerName);
 
 // A user's registration of one buffer (trncclCommRegister): one entry per rail.
 struct UserRegistration {
@@ -126,7 +139,8 @@ class EfaTransport : public Transport {
 
   int myRank_;
   int nranks_;
-  size_t rendezvousBytes_ = 0;  // this rank's threshold (0 when the provider lacks FI_RMA)
+  size_t rendezvousBytes_ = 0;    // this rank's threshold (0 when the provider lacks FI_RMA)
+  std::string rendezvousSource_;  // why it is what it is, for describe()
   bool cacheUserBuffers_ = true;
   size_t rendezvousReceives_ = 0;
   ProviderChoice choice_;
@@ -139,6 +153,8 @@ class EfaTransport : public Transport {
   std::vector<int> pairRails_;                  // rails shared with each peer
   std::vector<size_t> pairRendezvous_;          // threshold agreed with each peer
   std::vector<uint32_t> sendSeq_, recvSeq_;     // per peer
+  // Per peer: the sequence number of the message whose turn it is to post (see post()).
+  std::vector<uint32_t> nextSendToPost_, nextRecvToPost_;
   bool shutDown_ = false;
   bool endOfPassPolling_ = false;  // endPass has been called: progress calls do not poll
   bool stepsThisPass_ = false;     // a step is waiting on the queues: endPass reads them
