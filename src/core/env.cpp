@@ -87,8 +87,8 @@ const Var kEfaRendezvousBytes{
     "place, when the provider offers FI_RMA. Smaller messages are sent eagerly (tagged sends). "
     "0 = never. auto = 1M, except never over TCP providers with their own RDM endpoints (net, "
     "tcp without ofi_rxm): their reads cross the same socket as messages, so a rendezvous only "
-    "adds a round trip (2-rank all-reduce at 4 MiB took about 0.6x the time eager). Ranks that "
-    "disagree use the larger value; a rank without FI_RMA turns it off for its pairs."};
+    "adds a round trip (2-rank all-reduce over net at 4 MiB: eager took 0.6-0.8x the time). "
+    "Ranks that disagree use the larger value; a rank without FI_RMA turns it off for its pairs."};
 
 const Var kEfaMrCache{
     "TRNCCL_EFA_MR_CACHE", Kind::kString, "auto",
