@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
   efa::EfaOptions options;
   options.provider = provider;
   options.rails = 1;
-  auto fromEnvironment = efa::EfaOptions::fromEnvironment();  // as the library reads them
+  auto fromEnvironment = efa::EfaOptions::fromEnvironment();  // TRNCCL_EFA_RNDV_BYTES as in init
   if (!fromEnvironment.isOk()) die(fromEnvironment.status().message());
   options.rendezvousBytes = fromEnvironment.value().rendezvousBytes;
   const int me = server ? 1 : 0;

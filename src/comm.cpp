@@ -421,7 +421,7 @@ Status Communicator::healthLocked(Operation& op) {
     if (departed || exited) {
       if (departedSeenNs_ == 0) departedSeenNs_ = now;
       const int64_t grace = ctx_.transportOfPeer[peer] == efa_.get() ? kDepartedGraceNs : 0;
-      inGrace = now == departedSeenNs_ || now - departedSeenNs_ <= grace;
+      inGrace = now - departedSeenNs_ <= grace;  // with no grace, only the first sighting
     }
     if (departed && !inGrace)
       return makeError(Code::kInvalidUsage,

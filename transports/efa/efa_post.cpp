@@ -82,10 +82,7 @@ Result<Message*> EfaTransport::start(TransferOp& op, bool send) {
 // against the sender's receives in that order, so they may come later).
 Result<bool> EfaTransport::post(Message& m, TransferOp& op) {
   uint32_t& next = (m.send ? nextSendToPost_ : nextRecvToPost_)[m.peer];
-  if (!m.inStreamOrder) {
-    if (m.seq != next) return false;
-    m.inStreamOrder = true;
-  }
+  if (!m.streamPosted && m.seq != next) return false;  // not its turn yet
   Result<bool> posted = !m.rendezvous ? postFragments(m, op)
                         : m.send      ? postRendezvousSend(m, op)
                                       : postRendezvousRecv(m, op);

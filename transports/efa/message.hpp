@@ -97,9 +97,8 @@ struct Message {
   std::vector<std::unique_ptr<FragmentContext>> contexts;
   std::vector<FragmentContext*> arrived;  // reduce receives: arrived, not yet reduced
   Status error;
-  // Posting in stream order (EfaTransport::post): its turn came, and everything it puts on
-  // the pair's stream in order is posted (the next message may start).
-  bool inStreamOrder = false;
+  // Posting in stream order (EfaTransport::post): everything it puts on the pair's stream in
+  // order is posted, so the next message may start.
   bool streamPosted = false;
   bool orphaned = false;  // its operation failed; freed once the provider is done with it
 
