@@ -218,6 +218,28 @@ trncclResult_t trncclBarrierAsync(trncclComm_t comm, trncclRequest_t* request);
 trncclResult_t trncclGroupStart(void);
 trncclResult_t trncclGroupEnd(void);
 
+/* Debugging (trnccl extension): what this rank sent to and received from each peer since the
+ * communicator was created, and what carried it. Counted per message as sends and receives
+ * complete; the direct algorithms' shared-window reads are not messages and are not counted.
+ * Fills up to `capacity` entries (one per rank, this rank included, in rank order) and sets
+ * *count to the number of ranks. localChip/peerChip are the Neuron chips the two ranks drive
+ * (-1 without Neuron devices). */
+typedef enum {
+  trncclTransportSelf = 0,
+  trncclTransportNeuronLink = 1,
+  trncclTransportShm = 2,
+  trncclTransportEfa = 3
+} trncclTransport_t;
+typedef struct {
+  int peer;
+  trncclTransport_t transport;
+  int localChip;
+  int peerChip;
+  unsigned long long sentMessages, sentBytes, recvMessages, recvBytes;
+} trncclPeerTraffic_t;
+trncclResult_t trncclCommGetPeerTraffic(trncclComm_t comm, trncclPeerTraffic_t* entries,
+                                        int capacity, int* count);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

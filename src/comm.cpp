@@ -12,6 +12,7 @@
 #include "core/env.hpp"
 #include "core/log.hpp"
 #include "core/reduce.hpp"
+#include "core/text_file.hpp"
 
 namespace trnccl {
 namespace {
@@ -95,38 +96,6 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int nranks, const trn
   return comm;
 }
 
-namespace {
-
-struct TransportSet {
-  bool shm = true;
-  bool efa = true;
-};
-
-// TRNCCL_TRANSPORT: empty = everything; otherwise a comma list of self, shm, efa.
-Result<TransportSet> parseTransportList(const std::string& text) {
-  TransportSet set;
-  if (text.empty()) return set;
-  set.shm = set.efa = false;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
-    if (item == "shm")
-      set.shm = true;
-    else if (item == "efa")
-      set.efa = true;
-    else if (item != "self" && !item.empty())
-      return makeError(Code::kInvalidArgument,
-                       "TRNCCL_TRANSPORT='%s': unknown transport '%s' (known: self, shm, efa)",
-                       text.c_str(), item.c_str());
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return set;
-}
-
-}  // namespace
-
 Communicator::~Communicator() = default;
 
 Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
@@ -170,23 +139,37 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
 
   std::vector<uint64_t> hashes;
   for (const auto& p : peers_) hashes.push_back(p.hostHash);
-  layout_ = topology::groupByHost(hashes);
-  auto usable = parseTransportList(env::getString(env::kTransport));
+  topology::JobLayout layout = topology::groupByHost(hashes);
+  auto usable = topology::parseTransportList(env::getString(env::kTransport));
   TRNCCL_RETURN_IF_ERROR(usable.status());
-  const TransportSet allowed = usable.value();
-  // Per peer: itself, shm inside the node, libfabric otherwise (or for everyone when
-  // TRNCCL_TRANSPORT leaves only efa).
+  const topology::TransportSet allowed = usable.value();
+  // The device graph every rank discovers for itself; which chip it drives travels in the
+  // exchange below, with the graph's hash (all ranks must have discovered the same one).
+  auto discovered = topology::discoverDevices();
+  TRNCCL_RETURN_IF_ERROR(discovered.status());
+  const int myNode = layout.nodeOfRank[rank];
+  const int myLocal = layout.localRank(rank);
+  auto myChip = topology::chipOfLocalRank(discovered.value(),
+                                          myNode % std::max(1, discovered.value().graph.nodes),
+                                          myLocal, layout.localSize(rank), host.name);
+  TRNCCL_RETURN_IF_ERROR(myChip.status());
+  const uint64_t graphHash = std::hash<std::string>{}(topology::toText(discovered.value().graph));
+  // Libfabric is needed for ranks on other nodes, and (when TRNCCL_TRANSPORT leaves out shm)
+  // for ranks of this node that NeuronLink may not reach; which exactly is known once the
+  // chips are, after the exchange, so this errs towards opening it.
   std::vector<char> viaEfa(nranks, 0);
   for (int r = 0; r < nranks; ++r) {
     if (r == rank) continue;
-    bool sameNode = layout_.nodeOfRank[r] == layout_.nodeOfRank[rank];
+    bool sameNode = layout.nodeOfRank[r] == myNode;
     if (sameNode && allowed.shm) continue;
-    if (!allowed.efa)
+    if (!allowed.efa) {
+      if (sameNode && allowed.neuronlink) continue;  // checked against the links below
       return makeError(Code::kInvalidUsage,
                        "TRNCCL_TRANSPORT='%s' leaves no transport to rank %d (%s node '%s'); "
                        "allow shm for ranks of one node and efa between nodes",
                        env::getString(env::kTransport).c_str(), r, sameNode ? "same" : "other",
                        peers_[r].hostId);
+    }
     viaEfa[r] = 1;
   }
   const bool needEfa = std::count(viaEfa.begin(), viaEfa.end(), 1) > 0;
@@ -205,6 +188,9 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   const uint64_t transportHash = std::hash<std::string>{}(transportText);
   std::string blob(reinterpret_cast<const char*>(&algoHash), sizeof(algoHash));
   blob.append(reinterpret_cast<const char*>(&transportHash), sizeof(transportHash));
+  blob.append(reinterpret_cast<const char*>(&graphHash), sizeof(graphHash));
+  const int64_t chipWord = myChip.value();
+  blob.append(reinterpret_cast<const char*>(&chipWord), sizeof(chipWord));
   if (efa_) blob += efa_->addressBlob();
   // The full timeout: the root reports missing ranks at 0.9 of it, before anyone gives up.
   auto blobs = session.exchange(blob, options.timeoutSeconds);
@@ -213,7 +199,8 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
     return makeError(Code::kRemoteError, "the bootstrap exchange returned %zu entries for %d ranks",
                      blobs.value().size(), nranks);
   std::vector<std::string> efaAddresses(nranks);
-  constexpr size_t kSettingsBytes = 2 * sizeof(uint64_t);
+  constexpr size_t kSettingsBytes = 4 * sizeof(uint64_t);
+  std::vector<int> chipOfRank(nranks, -1);
   for (int r = 0; r < nranks; ++r) {
     const std::string& theirs = blobs.value()[r];
     uint64_t theirAlgo = 0, theirTransport = 0;
@@ -231,6 +218,18 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
                        "rank %d and rank %d were started with different TRNCCL_TRANSPORT "
                        "settings (this rank: '%s'); every rank must choose transports alike",
                        rank, r, transportText.c_str());
+    uint64_t theirGraph = 0;
+    int64_t theirChip = -1;
+    std::memcpy(&theirGraph, theirs.data() + 16, 8);
+    std::memcpy(&theirChip, theirs.data() + 24, 8);
+    if (theirGraph != graphHash)
+      return makeError(Code::kInvalidUsage,
+                       "rank %d and rank %d discovered different Neuron topologies (this rank: "
+                       "%s, %s); every rank must see the same one (set the same "
+                       "TRNCCL_TOPO_FILE or TRNCCL_TOPO_PRESET everywhere)",
+                       rank, r, discovered.value().source.c_str(),
+                       discovered.value().graph.shape().c_str());
+    chipOfRank[r] = static_cast<int>(theirChip);
     if (viaEfa[r]) {
       efaAddresses[r] = theirs.substr(kSettingsBytes);
       if (efaAddresses[r].empty())
@@ -242,10 +241,13 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   }
   if (efa_) TRNCCL_RETURN_IF_ERROR(efa_->connect(efaAddresses));
 
-  const auto& localRanks = layout_.ranksOfNode[layout_.nodeOfRank[rank]];
-  localOfRank_.assign(nranks, -1);
-  for (size_t i = 0; i < localRanks.size(); ++i) localOfRank_[localRanks[i]] = static_cast<int>(i);
-  int localRank = localOfRank_[rank];
+  auto built = topology::Topology::build(std::move(layout), std::move(discovered.value()),
+                                         std::move(chipOfRank));
+  TRNCCL_RETURN_IF_ERROR(built.status());
+  topology_ = std::move(built.value());
+  const auto& localRanks = topology_.ranksOfNode(myNode);
+  localOfRank_ = topology_.localIndexFrom(rank);
+  const int localRank = myLocal;
 
   shm::SegmentParams params;
   params.localSize = static_cast<uint32_t>(localRanks.size());
@@ -284,16 +286,14 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   ctx_.segment = &segment_;
   ctx_.windows = &windows_;
   ctx_.streamCopyBytes = streamCopy.value();
-  ctx_.transportOfPeer.resize(nranks);
-  for (int r = 0; r < nranks; ++r)
-    ctx_.transportOfPeer[r] = r == rank   ? static_cast<Transport*>(self_.get())
-                              : viaEfa[r] ? static_cast<Transport*>(efa_.get())
-                                          : shm_.get();
+  TRNCCL_RETURN_IF_ERROR(chooseTransports(allowed));
 
   CommView view;
   view.rank = rank;
   view.nranks = nranks;
-  view.allLocal = !needEfa;  // direct algorithms read peers' windows: shm peers only
+  // Direct algorithms read peers' windows: every peer on this node's segment, none on efa.
+  view.allLocal = std::none_of(classOfPeer_.begin(), classOfPeer_.end(),
+                               [](auto c) { return c == topology::LinkClass::kEfa; });
   view.segment = &segment_;
   view.windowBytes = segment_.params().windowBytes;  // the creator's values bind everyone
   view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;
@@ -318,23 +318,111 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
     if (efa_) efa_->setReadsPerPass(1);
   }
 
+  auto peersOver = [&](topology::LinkClass c) {
+    return static_cast<int>(std::count(classOfPeer_.begin(), classOfPeer_.end(), c));
+  };
   TRNCCL_INFO(log::kInit,
               "%s rank %d/%d: %d node(s), local rank %d of %zu, pid %d on %s; transports: "
-              "self for itself, shm for %d peer(s), efa for %d peer(s); shm window %zu B x %d "
-              "slots, rings %u x %zu B; reduction kernels %s; spin %d; timeout %.1f s",
-              options_.name.c_str(), rank, nranks, layout_.nnodes, localRank, localRanks.size(),
-              me.pid, host.name.c_str(),
-              nranks - 1 - static_cast<int>(std::count(viaEfa.begin(), viaEfa.end(), 1)),
-              static_cast<int>(std::count(viaEfa.begin(), viaEfa.end(), 1)), view.windowBytes,
-              shm::kWindowSlots, segment_.params().ringSlots,
+              "self for itself, neuronlink for %d peer(s), shm for %d, efa for %d; shm window "
+              "%zu B x %d slots, rings %u x %zu B; reduction kernels %s; spin %d; timeout %.1f s",
+              options_.name.c_str(), rank, nranks, topology_.nnodes(), localRank, localRanks.size(),
+              me.pid, host.name.c_str(), peersOver(topology::LinkClass::kNeuronLink),
+              peersOver(topology::LinkClass::kShm), peersOver(topology::LinkClass::kEfa),
+              view.windowBytes, shm::kWindowSlots, segment_.params().ringSlots,
               static_cast<size_t>(segment_.params().ringSlotBytes), reduceKernelIsa(), spinCount_,
               options_.timeoutSeconds);
+  if (localRank == 0)
+    TRNCCL_INFO(log::kTopo, "%s rank %d: topology from %s (%s): %s; this rank drives chip %d",
+                options_.name.c_str(), rank, discoveryKindName(topology_.discovery().kind),
+                topology_.discovery().source.c_str(), topology_.devices().shape().c_str(),
+                topology_.chipOf(rank));
+  if (localRank == 0) TRNCCL_RETURN_IF_ERROR(dumpTopology());
   if (efa_)
     TRNCCL_INFO(log::kNet, "%s rank %d efa: %s", options_.name.c_str(), rank,
                 efa_->describe().c_str());
   TRNCCL_INFO(log::kInit, "%s rank %d plan: %s", options_.name.c_str(), rank,
               planner_->planTable().c_str());
   return Status::ok();
+}
+
+// Per peer, in order: itself, NeuronLink (same node, linked chips), shm (same node), efa.
+Status Communicator::chooseTransports(const topology::TransportSet& allowed) {
+  classOfPeer_.assign(nranks_, topology::LinkClass::kSelf);
+  ctx_.transportOfPeer.assign(nranks_, nullptr);
+  ctx_.traffic.assign(nranks_, PeerTraffic{});
+  for (int r = 0; r < nranks_; ++r) {
+    auto chosen = topology_.classBetween(rank_, r, allowed);
+    TRNCCL_RETURN_IF_ERROR(chosen.status());
+    classOfPeer_[r] = chosen.value();
+    switch (chosen.value()) {
+      case topology::LinkClass::kSelf: ctx_.transportOfPeer[r] = self_.get(); break;
+      case topology::LinkClass::kNeuronLink:
+        if (!neuronlink_)
+          neuronlink_ = std::make_unique<neuronlink::NeuronLinkTransport>(*shm_, rank_, topology_);
+        ctx_.transportOfPeer[r] = neuronlink_.get();
+        break;
+      case topology::LinkClass::kShm: ctx_.transportOfPeer[r] = shm_.get(); break;
+      case topology::LinkClass::kEfa:
+        if (!efa_)
+          return makeError(Code::kInternalError,
+                           "rank %d reaches rank %d over efa, which it did "
+                           "not open",
+                           rank_, r);
+        ctx_.transportOfPeer[r] = efa_.get();
+        break;
+    }
+  }
+  return Status::ok();
+}
+
+// TRNCCL_TOPO_DUMP_FILE: the discovered graph in the TRNCCL_TOPO_FILE format.
+Status Communicator::dumpTopology() const {
+  std::string path = env::getString(env::kTopoDumpFile);
+  if (path.empty()) return Status::ok();
+  for (size_t at; (at = path.find("%h")) != std::string::npos;)
+    path.replace(at, 2, peers_[rank_].hostName);
+  for (size_t at; (at = path.find("%p")) != std::string::npos;)
+    path.replace(at, 2, std::to_string(peers_[rank_].pid));
+  const std::string text = "# discovered from " + topology_.discovery().source + "\n" +
+                           topology::toText(topology_.devices());
+  TRNCCL_RETURN_IF_ERROR(writeTextFile(path, text).withContext("TRNCCL_TOPO_DUMP_FILE: "));
+  TRNCCL_INFO(log::kTopo, "topology written to %s", path.c_str());
+  return Status::ok();
+}
+
+std::vector<Communicator::PeerTrafficEntry> Communicator::traffic() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<PeerTrafficEntry> entries;
+  for (int r = 0; r < nranks_; ++r)
+    entries.push_back(
+        {r, classOfPeer_[r], topology_.chipOf(rank_), topology_.chipOf(r), ctx_.traffic[r]});
+  return entries;
+}
+
+void Communicator::reportTraffic() {
+  const auto table = traffic();
+  const std::string dir = env::getString(env::kTrafficDir);
+  const bool info = log::enabled(log::Level::kInfo, log::kTopo);
+  if (dir.empty() && !info) return;
+  std::string text =
+      strformat("# trnccl traffic 1\nrank %d nranks %d node %d chip %d comm %s\n", rank_, nranks_,
+                topology_.nodeOf(rank_), topology_.chipOf(rank_), options_.name.c_str());
+  for (const PeerTrafficEntry& e : table) {
+    if (e.counts.sentMessages == 0 && e.counts.recvMessages == 0) continue;
+    text += strformat("peer %d via %s chip %d sent %llu %llu recv %llu %llu\n", e.peer,
+                      topology::linkClassName(e.via), e.peerChip,
+                      static_cast<unsigned long long>(e.counts.sentMessages),
+                      static_cast<unsigned long long>(e.counts.sentBytes),
+                      static_cast<unsigned long long>(e.counts.recvMessages),
+                      static_cast<unsigned long long>(e.counts.recvBytes));
+  }
+  if (info) TRNCCL_INFO(log::kTopo, "traffic at destroy (messages, bytes):\n%s", text.c_str());
+  if (dir.empty()) return;
+  static std::atomic<int> serial{0};
+  const std::string path =
+      strformat("%s/traffic.%d.%d.rank%d.txt", dir.c_str(), peers_[rank_].pid, serial++, rank_);
+  if (Status written = writeTextFile(path, text); !written.isOk())
+    TRNCCL_WARN(log::kTopo, "TRNCCL_TRAFFIC_DIR: %s", written.message().c_str());
 }
 
 Result<std::shared_ptr<Operation>> Communicator::enqueue(const std::vector<CollArgs>& calls) {

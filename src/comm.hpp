@@ -14,8 +14,9 @@
 #include "collectives/planner.hpp"
 #include "core/liveness.hpp"
 #include "engine/operation.hpp"
-#include "topology/host.hpp"
+#include "topology/topology.hpp"
 #include "transports/efa/efa_transport.hpp"
+#include "transports/neuronlink/neuronlink_transport.hpp"
 #include "transports/self/self_transport.hpp"
 #include "transports/shm/segment.hpp"
 #include "transports/shm/shm_transport.hpp"
@@ -63,6 +64,18 @@ class Communicator {
   // messages with (bounded), so no peer's unread last message goes with them (comm.cpp).
   void drainNetwork();
 
+  const topology::Topology& topology() const { return topology_; }
+  // What this rank sent to and received from each peer, and over which transport.
+  struct PeerTrafficEntry {
+    int peer;
+    topology::LinkClass via;
+    int myChip, peerChip;  // -1 without Neuron devices
+    PeerTraffic counts;
+  };
+  std::vector<PeerTrafficEntry> traffic();
+  // At destroy: the traffic table at INFO, and into TRNCCL_TRAFFIC_DIR when set.
+  void reportTraffic();
+
   // Any thread: fail every pending operation and tell local peers.
   void requestAbort();
   Status asyncError();
@@ -87,6 +100,8 @@ class Communicator {
  private:
   Communicator() = default;
   Status init(int nranks, const trncclUniqueId& id, int rank, const CommOptions& options);
+  Status chooseTransports(const topology::TransportSet& allowed);
+  Status dumpTopology() const;
   Status push(const std::shared_ptr<Operation>& op);
   Status pushLocked(const std::shared_ptr<Operation>& op);
   void progressLocked();
@@ -100,12 +115,14 @@ class Communicator {
   int spinCount_ = 2000;
   int watchPauses_ = 64;  // pauses per pass while watching the awaited word (see wait)
   std::vector<bootstrap::PeerInfo> peers_;
-  topology::JobLayout layout_;
+  topology::Topology topology_;
+  std::vector<topology::LinkClass> classOfPeer_;  // what carries this rank's traffic to each
   std::vector<int> localOfRank_;
   shm::Segment segment_;
   std::unique_ptr<shm::ShmTransport> shm_;
   std::unique_ptr<SelfTransport> self_;
   std::unique_ptr<efa::EfaTransport> efa_;  // only when some peer is reached through libfabric
+  std::unique_ptr<neuronlink::NeuronLinkTransport> neuronlink_;  // only with linked local peers
   WindowState windows_;
   ExecContext ctx_;
   std::unique_ptr<Planner> planner_;

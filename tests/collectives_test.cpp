@@ -21,10 +21,10 @@ struct Param {
   int nranks;
 };
 
-// "direct" / "ring": TRNCCL_ALGO. "efa-net" / "efa-tcp" / "efa-shm": every peer over libfabric
-// with that provider (net, tcp;ofi_rxm, shm). "nodes": ranks alternate between two emulated
-// nodes, efa between them over the provider trnccl picks by default.
-// TRNCCL_STREAM_COPY_BYTES is low under "direct" and "ring" (see below).
+// "direct" / "ring": TRNCCL_ALGO. "trn2": the trn2.48xlarge preset with the ring family. "efa-net"
+// / "efa-tcp" / "efa-shm": every peer over libfabric with that provider (net, tcp;ofi_rxm, shm).
+// "nodes": ranks alternate between two emulated nodes, efa between them over the provider trnccl
+// picks by default. TRNCCL_STREAM_COPY_BYTES is low under "direct" and "ring" (see below).
 void configureRank(const std::string& config, int rank) {
   setenv("FI_TCP_IFACE", "lo", 1);  // loopback only, for tcp and for net
   setenv("FI_NET_IFACE", "lo", 1);
@@ -41,6 +41,11 @@ void configureRank(const std::string& config, int rank) {
     setenv("TRNCCL_FI_PROVIDER", provider, 1);
     // Over tcp, register user buffers per message, as on providers that pin pages (EFA).
     if (config == "efa-tcp") setenv("TRNCCL_EFA_MR_CACHE", "0", 1);
+  } else if (config == "trn2") {
+    // An emulated trn2 node: ring-family schedules whose messages go over NeuronLink between
+    // linked chips and over shm between the others.
+    setenv("TRNCCL_TOPO_PRESET", "trn2.48xlarge", 1);
+    setenv("TRNCCL_ALGO", "ring", 1);
   } else if (config == "nodes") {
     setenv("TRNCCL_HOSTID", rank % 2 ? "node-b" : "node-a", 1);
     unsetenv("TRNCCL_FI_PROVIDER");
@@ -362,6 +367,9 @@ std::string paramName(const ::testing::TestParamInfo<std::tuple<std::string, int
 INSTANTIATE_TEST_SUITE_P(Sweep, Collectives,
                          ::testing::Combine(::testing::Values("direct", "ring"),
                                             ::testing::Values(1, 2, 3, 4, 5, 8)),
+                         paramName);
+INSTANTIATE_TEST_SUITE_P(Topo, Collectives,
+                         ::testing::Combine(::testing::Values("trn2"), ::testing::Values(4, 5)),
                          paramName);
 INSTANTIATE_TEST_SUITE_P(Efa, Collectives,
                          ::testing::Combine(::testing::Values("efa-net", "efa-tcp", "efa-shm",

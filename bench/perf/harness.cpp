@@ -232,10 +232,15 @@ void printHeader(const std::string& tool, const Options& o, int nranks, bool via
       tool.c_str(), nranks, o.minBytes, o.maxBytes,
       o.stepBytes ? static_cast<double>(o.stepBytes) : o.stepFactor,
       o.stepBytes ? "bytes" : "factor", o.warmup, o.iters, o.check, o.blocking, timeOf, o.repeats);
-  const std::string transports = env::getString(env::kTransport);
+  std::string transports = env::getString(env::kTransport);
+  if (transports.empty()) transports = "shm in a node + efa between nodes";
+  // With a device topology, linked chips of a node talk over (emulated) NeuronLink.
+  for (const env::Var* var : {&env::kTopoFile, &env::kTopoPreset})
+    if (!env::getString(*var).empty())
+      transports = "neuronlink between linked chips (emulated) + " + transports + ", " + var->name +
+                   "=" + env::getString(*var);
   std::printf("#\n#  Using host memory, transports %s, on %s; launched by %s%s\n#\n",
-              transports.empty() ? "shm in a node + efa between nodes" : transports.c_str(), host,
-              viaMpi ? "mpirun" : "trnccl-run",
+              transports.c_str(), host, viaMpi ? "mpirun" : "trnccl-run",
               o.sideBySide ? "; Open MPI runs the same call on the same buffers (ratio = MPI "
                              "time / trnccl out-of-place time, > 1 means trnccl is faster)"
                            : "");

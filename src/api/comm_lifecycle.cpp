@@ -204,6 +204,7 @@ trncclResult_t trncclCommDestroy(trncclComm_t comm) {
   Status status = comm->impl->flush();
   comm->impl->drainNetwork();
   comm->impl->markDeparted();
+  comm->impl->reportTraffic();
   trncclResult_t result = report(comm, status.withContext("trncclCommDestroy: "));
   while (comm->activeCalls.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   delete comm;

@@ -102,6 +102,30 @@ const Var kEfaMrCache{
 const Var kTopoXml{"TRNCCL_TOPO_XML", Kind::kString, "",
                    "An hwloc XML topology file to use instead of discovering this machine (as "
                    "exported by lstopo --of xml); it decides which NICs are near a rank."};
+const Var kTopoFile{
+    "TRNCCL_TOPO_FILE", Kind::kString, "",
+    "A topology file (docs/TOPOLOGY.md: chips, NeuronLinks, NICs) to use instead of "
+    "discovering the Neuron devices. First in the discovery order: file, "
+    "TRNCCL_TOPO_PRESET, the driver's sysfs, none."};
+const Var kTopoDumpFile{"TRNCCL_TOPO_DUMP_FILE", Kind::kString, "",
+                        "Local rank 0 of each node writes the topology it discovered here, in "
+                        "the TRNCCL_TOPO_FILE format (%h = host name, %p = pid)."};
+const Var kTopoPreset{"TRNCCL_TOPO_PRESET", Kind::kString, "",
+                      "A named machine: trn1.32xlarge, trn1n.32xlarge, trn2.48xlarge or "
+                      "trn2u.48xlarge (UltraServer: 4 nodes, 64 chips). Used when "
+                      "TRNCCL_TOPO_FILE is unset; with NeuronLink emulated on machines "
+                      "without Neuron devices."};
+const Var kNeuronSysfs{"TRNCCL_NEURON_SYSFS", Kind::kString, "/sys/devices/virtual/neuron_device",
+                       "Where the Neuron driver's sysfs tree is read (tests point it at "
+                       "fixture trees)."};
+const Var kNeuronDevices{"TRNCCL_NEURON_DEVICES", Kind::kString, "",
+                         "Comma list of the chips the local ranks drive, in local-rank order "
+                         "(e.g. '0,1,4,5'). Empty = local rank i drives chip i."};
+const Var kTrafficDir{"TRNCCL_TRAFFIC_DIR", Kind::kString, "",
+                      "At destroy every rank writes what it sent to and received from each peer "
+                      "(messages, bytes, over which transport and chips) into a file in this "
+                      "directory; `trnccl-topo --stats DIR` sums them per link. Also logged at "
+                      "destroy with TRNCCL_DEBUG=INFO (subsystem TOPO)."};
 const Var kTestQuick{"TRNCCL_TEST_QUICK", Kind::kBool, "0",
                      "Test suite only: a shorter sweep (no 1 Mi-element counts; libfabric "
                      "configurations with 3 ranks only), for the sanitizer passes."};
@@ -131,6 +155,12 @@ const std::vector<const Var*>& all() {
                                                &kEfaRendezvousBytes,
                                                &kEfaMrCache,
                                                &kTopoXml,
+                                               &kTopoFile,
+                                               &kTopoDumpFile,
+                                               &kTopoPreset,
+                                               &kNeuronSysfs,
+                                               &kNeuronDevices,
+                                               &kTrafficDir,
                                                &kTestQuick};
   return vars;
 }

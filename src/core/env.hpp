@@ -47,6 +47,13 @@ extern const Var kEfaRails;
 extern const Var kEfaRendezvousBytes;
 extern const Var kEfaMrCache;
 extern const Var kTopoXml;
+// Topology discovery (docs/TOPOLOGY.md).
+extern const Var kTopoFile;
+extern const Var kTopoDumpFile;
+extern const Var kTopoPreset;
+extern const Var kNeuronSysfs;
+extern const Var kNeuronDevices;
+extern const Var kTrafficDir;
 // The test suite.
 extern const Var kTestQuick;
 

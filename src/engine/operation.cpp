@@ -138,6 +138,10 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       if (done.isOk() && !done.value()) {
         blockedOnPeer_ = transfer.peer;
         blockedOn_ = "sending to";
+      } else if (done.isOk()) {
+        PeerTraffic& t = ctx.traffic[transfer.peer];
+        ++t.sentMessages;
+        t.sentBytes += transfer.bytes;
       }
       return done;
     }
@@ -148,6 +152,10 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
         if (transfer.watchWord) spinHint_ = {transfer.watchWord, transfer.watchSeen};
         blockedOnPeer_ = transfer.peer;
         blockedOn_ = "receiving from";
+      } else if (done.isOk()) {
+        PeerTraffic& t = ctx.traffic[transfer.peer];
+        ++t.recvMessages;
+        t.recvBytes += transfer.bytes;
       }
       return done;
     }

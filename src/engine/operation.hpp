@@ -15,11 +15,19 @@
 
 namespace trnccl {
 
+// Messages and bytes this rank moved to and from one peer (whatever carried them), counted as
+// each send or receive completes: tests and `trnccl-topo --stats` read which links carried
+// what. Window reads of the direct algorithms are not messages and are not counted here.
+struct PeerTraffic {
+  uint64_t sentMessages = 0, sentBytes = 0, recvMessages = 0, recvBytes = 0;
+};
+
 // What the executor needs from the communicator.
 struct ExecContext {
   int rank = 0;
   int localRank = 0;
-  std::vector<Transport*> transportOfPeer;  // by global rank
+  std::vector<Transport*> transportOfPeer;   // by global rank
+  mutable std::vector<PeerTraffic> traffic;  // by global rank; counters, bumped by const steps
   std::vector<int> globalOfLocal;
   shm::Segment* segment = nullptr;
   WindowState* windows = nullptr;

@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
     auto host = trnccl::topology::localHostIdentity();
     std::printf(
         "trnccl %d.%d.%d\nreduction kernels: %s\nhost: %s (identity '%s', hash "
-        "%016llx)\ntransports built in: self, shm\n\n",
+        "%016llx)\ntransports built in: self, neuronlink (emulated over shared memory), shm, "
+        "efa\n\n",
         version / 10000, version / 100 % 100, version % 100, trnccl::reduceKernelIsa(),
         host.name.c_str(), host.id.c_str(), static_cast<unsigned long long>(host.hash));
   }

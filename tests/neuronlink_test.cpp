@@ -1,0 +1,164 @@
+// The emulated NeuronLink transport through the real path: rank processes with a preset
+// topology, collectives checked against a serial reference, and trncclCommGetPeerTraffic
+// showing that NeuronLink carried traffic only between linked chips (the expected links are
+// computed here from the 4x4 torus rule). Also: init refuses a job that does not fit its
+// topology, and ranks that discovered different topologies.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "support/sweep.hpp"
+
+namespace trnccl::testing {
+namespace {
+
+bool torusAdjacent(int a, int b) {
+  int ax = a % 4, ay = a / 4, bx = b % 4, by = b / 4;
+  bool sameRow = ay == by && ((ax + 1) % 4 == bx || (bx + 1) % 4 == ax);
+  bool sameColumn = ax == bx && ((ay + 1) % 4 == by || (by + 1) % 4 == ay);
+  return a != b && (sameRow || sameColumn);
+}
+
+void usePreset(const char* name) {
+  setenv("TRNCCL_TOPO_PRESET", name, 1);
+  unsetenv("TRNCCL_TOPO_FILE");
+}
+
+// Sum all-reduce of rank-dependent integers (exact in float): the serial reference is the
+// closed form.
+void allReduceAndCheck(Failures& f, trncclComm_t comm, int rank, int n, size_t count) {
+  std::vector<float> in(count), out(count);
+  for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * (i % 97));
+  if (trncclAllReduce(in.data(), out.data(), count, trncclFloat32, trncclSum, comm) !=
+      trncclSuccess) {
+    f.add("all-reduce failed: %s", trncclGetLastError(comm));
+    return;
+  }
+  const float ranksSum = static_cast<float>(n * (n + 1) / 2);
+  for (size_t i = 0; i < count; ++i)
+    if (out[i] != ranksSum * static_cast<float>(i % 97)) {
+      f.add("rank %d element %zu: %g, want %g", rank, i, out[i], ranksSum * (i % 97));
+      return;
+    }
+}
+
+std::vector<trncclPeerTraffic_t> trafficOf(Failures& f, trncclComm_t comm, int n) {
+  std::vector<trncclPeerTraffic_t> entries(n);
+  int count = 0;
+  if (trncclCommGetPeerTraffic(comm, entries.data(), n, &count) != trncclSuccess || count != n)
+    f.add("trncclCommGetPeerTraffic failed (count %d)", count);
+  return entries;
+}
+
+// 16 ranks on an emulated trn2 node (oversubscribed): the ring all-reduce and an all-to-all
+// send to every peer; NeuronLink must carry exactly the linked pairs, shm the rest.
+TEST(NeuronLink, SixteenRanksOnATrn2NodeUseOnlyLinkedChips) {
+  const int n = 16;
+  auto outcomes = runRanks(n, [&](int rank, int nranks, const trncclUniqueId& id) {
+    usePreset("trn2.48xlarge");
+    setenv("TRNCCL_ALGO", "ring", 1);
+    trncclComm_t comm = nullptr;
+    std::string error = initComm(&comm, nranks, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    allReduceAndCheck(f, comm, rank, nranks, (1u << 18) + 5);  // past recursive doubling
+    std::vector<int> a2aIn(nranks * 3), a2aOut(nranks * 3);
+    for (int i = 0; i < nranks * 3; ++i) a2aIn[i] = rank * 1000 + i;
+    if (trncclAllToAll(a2aIn.data(), a2aOut.data(), 3, trncclInt32, comm) != trncclSuccess)
+      f.add("all-to-all failed: %s", trncclGetLastError(comm));
+    for (int q = 0; q < nranks; ++q)
+      for (int j = 0; j < 3; ++j)
+        if (a2aOut[q * 3 + j] != q * 1000 + rank * 3 + j)
+          f.add("all-to-all from %d element %d: %d", q, j, a2aOut[q * 3 + j]);
+    auto traffic = trafficOf(f, comm, nranks);
+    for (const auto& t : traffic) {
+      const bool linked = torusAdjacent(rank, t.peer);  // local rank i drives chip i
+      if (t.peer == rank) continue;
+      if (t.localChip != rank || t.peerChip != t.peer)
+        f.add("rank %d: peer %d reported chips %d-%d", rank, t.peer, t.localChip, t.peerChip);
+      const trncclTransport_t want = linked ? trncclTransportNeuronLink : trncclTransportShm;
+      if (t.transport != want)
+        f.add("rank %d -> %d: transport %d, want %d", rank, t.peer, t.transport, want);
+      if (t.sentMessages == 0 || t.recvMessages == 0)  // the all-to-all reaches everyone
+        f.add("rank %d -> %d: no messages counted", rank, t.peer);
+    }
+    // The ring's successor gets the all-reduce's bytes (2(n-1) segments of ~1/16 each).
+    const auto& next = traffic[(rank + 1) % nranks];
+    if (next.sentBytes < 0.9 * (1u << 20) * 2 * (nranks - 1) / nranks)
+      f.add("rank %d -> %d: only %llu bytes", rank, next.peer, next.sentBytes);
+    if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// TRNCCL_NEURON_DEVICES puts 4 ranks on a column of the torus (chips 0, 4, 8, 12): a ring of
+// links, so every peer but the opposite one is linked.
+TEST(NeuronLink, NeuronDevicesChoosesTheChips) {
+  auto outcomes = runRanks(4, [&](int rank, int nranks, const trncclUniqueId& id) {
+    usePreset("trn2.48xlarge");
+    setenv("TRNCCL_NEURON_DEVICES", "0,4,8,12", 1);
+    trncclComm_t comm = nullptr;
+    std::string error = initComm(&comm, nranks, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    allReduceAndCheck(f, comm, rank, nranks, 1000);
+    for (const auto& t : trafficOf(f, comm, nranks)) {
+      if (t.peer == rank) continue;
+      if (t.localChip != rank * 4 || t.peerChip != t.peer * 4)
+        f.add("rank %d: chips %d-%d for peer %d", rank, t.localChip, t.peerChip, t.peer);
+      bool opposite = (t.peer + 2) % 4 == rank;
+      if ((t.transport == trncclTransportNeuronLink) == opposite)
+        f.add("rank %d -> %d: transport %d", rank, t.peer, t.transport);
+    }
+    if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// Three local ranks and a topology file with two chips: the third rank is refused with the
+// file, the counts and the variable; the others fail their init too (no hang).
+TEST(NeuronLink, AJobThatDoesNotFitTheTopologyFailsInit) {
+  const std::string file = ::testing::TempDir() + "/trnccl-two-chip-node.topo";
+  FILE* out = std::fopen(file.c_str(), "w");
+  std::fputs("trnccl-topology 1\ndevice 0:0\ndevice 0:1\nlink 0:0 0:1 kind=nl bw=10\n", out);
+  std::fclose(out);
+  auto outcomes = runRanks(
+      3,
+      [&](int rank, int nranks, const trncclUniqueId& id) {
+        setenv("TRNCCL_TOPO_FILE", file.c_str(), 1);
+        setenv("TRNCCL_TIMEOUT", "20", 1);
+        trncclComm_t comm = nullptr;
+        std::string error = initComm(&comm, nranks, id, rank);
+        if (error.empty()) return std::string("init succeeded although 3 ranks share 2 chips");
+        for (const char* part : {"TRNCCL_TOPO_FILE", "2 Neuron chip", "3 local ranks"})
+          if (error.find(part) == std::string::npos)
+            return std::string(part) + " is missing from: " + error;
+        return std::string();
+      },
+      60);
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(NeuronLink, RanksWithDifferentTopologiesFailInit) {
+  auto outcomes = runRanks(
+      2,
+      [&](int rank, int nranks, const trncclUniqueId& id) {
+        usePreset(rank == 0 ? "trn2.48xlarge" : "trn1.32xlarge");
+        trncclComm_t comm = nullptr;
+        std::string error = initComm(&comm, nranks, id, rank);
+        if (error.empty()) return std::string("init succeeded with two topologies");
+        if (error.find("different Neuron topologies") == std::string::npos)
+          return "unexpected error: " + error;
+        return std::string();
+      },
+      60);
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+}  // namespace
+}  // namespace trnccl::testing

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# trnccl-topo as a user runs it: a preset's dump loads back the same, a sysfs fixture tree is
+# recognised, a job that does not fit is refused, a 1024-rank job prints at once, and --stats
+# over a real job's traffic files (TRNCCL_TRAFFIC_DIR) shows NeuronLink only on linked chips.
+# Usage: trnccl_topo_test.sh TRNCCL_TOPO TRNCCL_RUN ALL_REDUCE_PERF FIXTURES_DIR
+set -uo pipefail
+topo="$1" run="$2" perf="$3" fixtures="$4"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() {  # check "what" command...: fails the test with what when the command fails
+  local what="$1"
+  shift
+  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
+}
+unset TRNCCL_TOPO_FILE TRNCCL_TOPO_PRESET TRNCCL_NEURON_DEVICES
+
+"$topo" --preset trn2.48xlarge --dump "$tmp/a.topo" > "$tmp/preset.out"
+"$topo" --file "$tmp/a.topo" --dump "$tmp/b.topo" > "$tmp/file.out"
+check "a preset's dump loads back identically" cmp "$tmp/a.topo" "$tmp/b.topo"
+check "the file prints the same topology as the preset" \
+  diff <(tail -n +2 "$tmp/preset.out" | grep -v written) <(tail -n +2 "$tmp/file.out" | grep -v written)
+
+TRNCCL_NEURON_SYSFS="$fixtures/neuron_sysfs/trn2" "$topo" > "$tmp/sysfs.out"
+check "the trn2 sysfs fixture is read as a 4x4 torus" \
+  grep -q "sysfs.*" "$tmp/sysfs.out"
+check "  ... with 32 NeuronLink-v3 links" grep -q "4x4 torus, 32 NeuronLink(s) (neuronlink-v3" "$tmp/sysfs.out"
+
+if "$topo" --preset trn2.48xlarge --ranks-per-node 40 > /dev/null 2> "$tmp/fit.err"; then
+  echo "FAILED: 40 ranks per node on a 16-chip preset were accepted"; fail=1
+else
+  check "a job that does not fit is refused naming the preset and the variable" \
+    grep -q "trn2.48xlarge describes 16 Neuron chip(s) per node.*40 local ranks.*TRNCCL_TOPO_PRESET" "$tmp/fit.err"
+fi
+
+start=$(date +%s%N)
+"$topo" --preset trn2.48xlarge --nodes 64 > "$tmp/big.out"
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+check "64 trn2 nodes = 1024 ranks (${ms} ms)" grep -q "1024 rank(s) on 64 node(s)" "$tmp/big.out"
+
+mkdir "$tmp/traffic"
+TRNCCL_TOPO_PRESET=trn2.48xlarge TRNCCL_ALGO=ring TRNCCL_TRAFFIC_DIR="$tmp/traffic" \
+  TRNCCL_TOPO_DUMP_FILE="$tmp/job-dump.%h.topo" \
+  "$run" -np 4 "$perf" -b 1M -e 1M -n 2 -w 1 -c 1 > "$tmp/job.out" 2>&1
+check "the job ran and checked its results" grep -q "Out of bounds values : 0 OK" "$tmp/job.out"
+dump=$(ls "$tmp"/job-dump.*.topo 2>/dev/null | head -1)
+check "the job's TRNCCL_TOPO_DUMP_FILE was written" test -n "$dump"
+check "  ... and holds the preset's graph" diff <(grep -v '^#' "$dump") "$tmp/a.topo"
+"$topo" --stats "$tmp/traffic" > "$tmp/stats.out"
+cat "$tmp/stats.out"
+# Ranks 0-3 drive chips 0-3, the first row of the torus: linked 0-1, 1-2, 2-3 and 0-3.
+check "NeuronLink carried traffic" grep -q "^neuronlink" "$tmp/stats.out"
+bad=$(awk '$1 == "neuronlink" && ($2 " " $3) !~ /node0 chip(0-chip1|1-chip2|2-chip3|0-chip3)$/' "$tmp/stats.out")
+check "only between linked chips" test -z "$bad"
+
+exit $fail
