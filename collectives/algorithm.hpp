@@ -7,6 +7,7 @@
 
 #include "engine/coll_kind.hpp"
 #include "engine/schedule.hpp"
+#include "topology/topology.hpp"
 #include "trnccl.h"
 
 namespace trnccl {
@@ -25,18 +26,38 @@ struct CollArgs {
   std::vector<size_t> sendcounts, sdispls, recvcounts, rdispls;
 };
 
+// A ring over a group of ranks in a chosen order (collectives/ring_group.hpp has its phases).
+struct RingGroup {
+  std::vector<int> ranks;  // global ranks in ring order
+  int pos = 0;             // this rank's index in ranks
+  int size() const { return static_cast<int>(ranks.size()); }
+  int at(int position) const { return ranks[((position % size()) + size()) % size()]; }
+  int next() const { return at(pos + 1); }
+  int prev() const { return at(pos - 1); }
+  // The group of `order` (which must contain rank).
+  static RingGroup of(std::vector<int> order, int rank);
+};
+
 struct CommView {
   int rank = 0;
   int nranks = 1;
-  bool allLocal = true;  // every rank shares this node's segment
+  bool allLocal = true;      // every rank shares this node's segment
+  bool deviceLinks = false;  // some peer is reached over NeuronLink (a device graph is in use)
   shm::Segment* segment = nullptr;
   size_t windowBytes = 0;  // per window slot
   size_t oneShotMaxBytes = 0;
   size_t llMaxBytes = 0;  // small-message lines (at most shm::kLLMaxBytes)
   char* window(int rank, int slot) const { return segment->window(rank, slot); }
+  // Every rank in the order whole-communicator rings take: node by node, each node along its
+  // NeuronLinks when it has a device graph (Topology::ringOrder), else rank order.
+  RingGroup ring;
+  // The job's topology (never null once the communicator is built) and the groups the
+  // topology-shaped algorithms use (collectives/shapes.hpp), computed once at init.
+  const topology::Topology* topology = nullptr;
+  const struct Shapes* shapes = nullptr;
 };
 
-enum class Algorithm { kRing, kDirect };
+enum class Algorithm { kRing, kDirect, kHierarchical, kTorus, kCount };
 const char* algorithmName(Algorithm algo);
 
 // Ring family (works over any transport): ring, chain and pairwise schedules.
@@ -62,6 +83,25 @@ Status broadcastDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
 Status reduceDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status barrierDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+
+// Topology-shaped (collectives/shapes.hpp says when each fits; the planner falls back to the
+// ring family otherwise): hierarchical = inside each node along its links, then between nodes
+// among the ranks at the same position, then inside each node again; torus = one ring per
+// torus dimension (and one across nodes).
+Status allReduceHierarchical(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+Status allGatherHierarchical(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+Status reduceScatterHierarchical(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+Status broadcastHierarchical(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+// The hierarchical all-to-all(v): node-aggregated (one message per node pair crosses efa).
+Status allToAllNodeAggregated(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+// All-to-all calls of at most this many bytes per rank (the whole send buffer) go
+// node-aggregated by default across nodes; larger ones pairwise, where every rank's own
+// messages cross efa in parallel instead of one port's. All-to-all-v across nodes always goes
+// node-aggregated (ranks' sizes differ, and every rank must choose alike).
+inline constexpr size_t kNodeAggregatedMaxBytes = 256 << 10;
+Status allReduceTorus(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+Status allGatherTorus(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+Status reduceScatterTorus(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 
 // Point-to-point: one send or receive step (fused into one concurrent group by GroupEnd).
 Status sendRecvP2p(ScheduleBuilder& b, const CollArgs& a, const CommView& c);

@@ -4,10 +4,6 @@
 
 namespace trnccl {
 
-const char* algorithmName(Algorithm algo) {
-  return algo == Algorithm::kRing ? "ring" : "direct";
-}
-
 size_t elementSize(const CollArgs& a) {
   return dtypeSize(a.dtype);
 }

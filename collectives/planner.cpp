@@ -2,12 +2,16 @@
 
 #include <cctype>
 
+#include "collectives/shapes.hpp"
+
 namespace trnccl {
 namespace {
 
 std::optional<Algorithm> algorithmFromName(const std::string& name) {
   if (name == "ring" || name == "chain" || name == "pairwise") return Algorithm::kRing;
   if (name == "direct") return Algorithm::kDirect;
+  if (name == "hierarchical" || name == "hier") return Algorithm::kHierarchical;
+  if (name == "torus") return Algorithm::kTorus;
   return std::nullopt;
 }
 
@@ -23,22 +27,64 @@ std::optional<CollKind> kindFromName(const std::string& name) {
 using BuildFn = Status (*)(ScheduleBuilder&, const CollArgs&, const CommView&);
 
 BuildFn builderFor(CollKind kind, Algorithm algo) {
-  bool ring = algo == Algorithm::kRing;
-  switch (kind) {
-    case CollKind::kAllReduce: return ring ? allReduceRing : allReduceDirect;
-    case CollKind::kAllGather: return ring ? allGatherRing : allGatherDirect;
-    case CollKind::kReduceScatter: return ring ? reduceScatterRing : reduceScatterDirect;
-    case CollKind::kBroadcast: return ring ? broadcastChain : broadcastDirect;
-    case CollKind::kReduce: return ring ? reduceChain : reduceDirect;
-    case CollKind::kAllToAll:
-    case CollKind::kAllToAllv: return ring ? allToAllPairwise : allToAllDirect;
-    case CollKind::kBarrier: return ring ? barrierDissemination : barrierDirect;
-    case CollKind::kSendRecv: return sendRecvP2p;
+  switch (algo) {
+    case Algorithm::kRing:
+      switch (kind) {
+        case CollKind::kAllReduce: return allReduceRing;
+        case CollKind::kAllGather: return allGatherRing;
+        case CollKind::kReduceScatter: return reduceScatterRing;
+        case CollKind::kBroadcast: return broadcastChain;
+        case CollKind::kReduce: return reduceChain;
+        case CollKind::kAllToAll:
+        case CollKind::kAllToAllv: return allToAllPairwise;
+        case CollKind::kBarrier: return barrierDissemination;
+        case CollKind::kSendRecv: return sendRecvP2p;
+        default: return nullptr;
+      }
+    case Algorithm::kDirect:
+      switch (kind) {
+        case CollKind::kAllReduce: return allReduceDirect;
+        case CollKind::kAllGather: return allGatherDirect;
+        case CollKind::kReduceScatter: return reduceScatterDirect;
+        case CollKind::kBroadcast: return broadcastDirect;
+        case CollKind::kReduce: return reduceDirect;
+        case CollKind::kAllToAll:
+        case CollKind::kAllToAllv: return allToAllDirect;
+        case CollKind::kBarrier: return barrierDirect;
+        default: return nullptr;
+      }
+    case Algorithm::kHierarchical:
+      switch (kind) {
+        case CollKind::kAllReduce: return allReduceHierarchical;
+        case CollKind::kAllGather: return allGatherHierarchical;
+        case CollKind::kReduceScatter: return reduceScatterHierarchical;
+        case CollKind::kBroadcast: return broadcastHierarchical;
+        case CollKind::kAllToAll:
+        case CollKind::kAllToAllv: return allToAllNodeAggregated;
+        default: return nullptr;
+      }
+    case Algorithm::kTorus:
+      switch (kind) {
+        case CollKind::kAllReduce: return allReduceTorus;
+        case CollKind::kAllGather: return allGatherTorus;
+        case CollKind::kReduceScatter: return reduceScatterTorus;
+        default: return nullptr;
+      }
     default: return nullptr;
   }
 }
 
 }  // namespace
+
+const char* algorithmName(Algorithm algo) {
+  switch (algo) {
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kDirect: return "direct";
+    case Algorithm::kHierarchical: return "hierarchical";
+    case Algorithm::kTorus: return "torus";
+    default: return "?";
+  }
+}
 
 Result<AlgoOverrides> parseAlgoOverrides(const std::string& text) {
   AlgoOverrides overrides;
@@ -60,14 +106,15 @@ Result<AlgoOverrides> parseAlgoOverrides(const std::string& text) {
     if (!algo)
       return makeError(Code::kInvalidArgument,
                        "TRNCCL_ALGO='%s': unknown algorithm '%s' "
-                       "(known: ring, direct)",
+                       "(known: ring, direct, hierarchical, torus)",
                        text.c_str(), algoName.c_str());
     if (exclude) {
       overrides.excluded[static_cast<int>(*algo)] = true;
       continue;
     }
     if (kindName.empty()) {
-      for (auto& slot : overrides.forKind) slot = algo;
+      for (int k = 0; k < static_cast<int>(CollKind::kCount); ++k)
+        if (!overrides.named[k]) overrides.forKind[k] = algo;
       continue;
     }
     auto kind = kindFromName(kindName);
@@ -78,34 +125,88 @@ Result<AlgoOverrides> parseAlgoOverrides(const std::string& text) {
                        "alltoall, alltoallv, barrier)",
                        text.c_str(), kindName.c_str());
     overrides.forKind[static_cast<int>(*kind)] = algo;
+    overrides.named[static_cast<int>(*kind)] = true;
   }
-  if (overrides.excluded[0] && overrides.excluded[1])
-    return makeError(Code::kInvalidArgument, "TRNCCL_ALGO='%s' excludes every algorithm",
+  if (overrides.excluded[static_cast<int>(Algorithm::kRing)] &&
+      overrides.excluded[static_cast<int>(Algorithm::kDirect)])
+    return makeError(Code::kInvalidArgument,
+                     "TRNCCL_ALGO='%s' excludes both ring and direct; one of them runs every "
+                     "collective",
                      text.c_str());
   return overrides;
 }
 
-Result<Algorithm> Planner::choose(CollKind kind, size_t /*bytes*/) const {
-  if (kind == CollKind::kSendRecv) return Algorithm::kRing;
-  const auto& forced = overrides_.forKind[static_cast<int>(kind)];
-  if (forced) {
-    if (*forced == Algorithm::kDirect && !view_.allLocal)
-      return makeError(Code::kInvalidUsage,
-                       "TRNCCL_ALGO asks for the direct algorithm for "
-                       "%s, but it needs every rank on one node; this communicator spans "
-                       "several",
-                       collName(kind));
-    return *forced;
+Planner::Planner(CommView view, AlgoOverrides overrides)
+    : view_(std::move(view)), overrides_(overrides) {
+  hierarchicalFits_ = view_.shapes && view_.shapes->hierarchical.fits;
+  torusFits_ = view_.shapes && view_.shapes->torus.fits;
+}
+
+bool Planner::runs(CollKind kind, Algorithm algo, std::string* whyNot) const {
+  if (!builderFor(kind, algo)) {
+    *whyNot = strformat("trnccl has no %s algorithm for %s", algorithmName(algo), collName(kind));
+    return false;
   }
-  // Shared windows move each byte once in and once out; rings copy through fragments and
-  // forward n-1 times. Whenever every rank shares the node, direct wins at every size here.
-  bool directAllowed = view_.allLocal && !overrides_.excluded[static_cast<int>(Algorithm::kDirect)];
-  return directAllowed ? Algorithm::kDirect : Algorithm::kRing;
+  switch (algo) {
+    case Algorithm::kDirect:
+      if (!view_.allLocal)
+        *whyNot = "it needs every rank on one node; this communicator spans several";
+      return view_.allLocal;
+    case Algorithm::kHierarchical:
+      if (!hierarchicalFits_)
+        *whyNot = view_.shapes ? view_.shapes->hierarchical.whyNot : "no topology";
+      return hierarchicalFits_;
+    case Algorithm::kTorus:
+      if (!torusFits_) *whyNot = view_.shapes ? view_.shapes->torus.whyNot : "no topology";
+      return torusFits_;
+    default: return true;
+  }
+}
+
+// Without a cost model yet (issue 16), fixed preferences: windows inside a node without a
+// device graph; with one, schedules whose messages follow the links (torus when the ranks
+// fill the torus, else rings in link order); across nodes, hierarchical where it exists.
+// Small all-reduces keep recursive doubling (the ring family's form up to its limit). bytes is
+// per peer for all-to-all, and 0 for all-to-all-v (whose sizes differ between ranks, which
+// must all choose alike): all-to-all-v across nodes is always node-aggregated.
+Algorithm Planner::preferred(CollKind kind, size_t bytes) const {
+  const bool small = kind == CollKind::kAllReduce && bytes <= kRecursiveDoublingMaxBytes;
+  const bool allToAll = kind == CollKind::kAllToAll || kind == CollKind::kAllToAllv;
+  std::string unused;
+  auto usable = [&](Algorithm algo) {
+    return !overrides_.excluded[static_cast<int>(algo)] && runs(kind, algo, &unused);
+  };
+  if (view_.allLocal && !view_.deviceLinks && usable(Algorithm::kDirect)) return Algorithm::kDirect;
+  if (!small && view_.deviceLinks && usable(Algorithm::kTorus)) return Algorithm::kTorus;
+  if (!small && !view_.allLocal && usable(Algorithm::kHierarchical) &&
+      (!allToAll || bytes * view_.nranks <= kNodeAggregatedMaxBytes))
+    return Algorithm::kHierarchical;
+  if (!overrides_.excluded[static_cast<int>(Algorithm::kRing)]) return Algorithm::kRing;
+  return usable(Algorithm::kDirect) ? Algorithm::kDirect : Algorithm::kRing;
+}
+
+Result<Algorithm> Planner::choose(CollKind kind, size_t bytes) const {
+  const int k = static_cast<int>(kind);
+  if (kind == CollKind::kSendRecv || k < 0 || k >= static_cast<int>(CollKind::kCount))
+    return Algorithm::kRing;
+  const auto& forced = overrides_.forKind[k];
+  if (forced) {
+    std::string whyNot;
+    if (runs(kind, *forced, &whyNot)) return *forced;
+    // The global form names an algorithm for every collective; those without it keep the
+    // planner's choice. A shape that does not fit is refused either way.
+    const bool exists = builderFor(kind, *forced) != nullptr;
+    if (overrides_.named[k] || exists)
+      return makeError(Code::kInvalidUsage, "TRNCCL_ALGO asks for the %s algorithm for %s, but %s",
+                       algorithmName(*forced), collName(kind), whyNot.c_str());
+  }
+  return preferred(kind, bytes);
 }
 
 Status Planner::build(ScheduleBuilder& b, const CollArgs& a, Algorithm algo) const {
   BuildFn fn = builderFor(a.kind, algo);
-  if (!fn) return makeError(Code::kInternalError, "no algorithm for this call");
+  if (!fn)
+    return makeError(Code::kInternalError, "no %s algorithm for this call", algorithmName(algo));
   b.schedule().dtype = a.dtype;
   b.schedule().op = a.op;
   return fn(b, a, view_);
@@ -115,18 +216,39 @@ std::string Planner::planTable() const {
   std::string table;
   for (int k = 0; k < static_cast<int>(CollKind::kSendRecv); ++k) {
     auto kind = static_cast<CollKind>(k);
-    auto algo = choose(kind, 0);
-    table += strformat("%s%s=%s", table.empty() ? "" : " ", collName(kind),
-                       algo.isOk() ? algorithmName(algo.value()) : "invalid");
-    if (kind == CollKind::kAllReduce && algo.isOk() && algo.value() == Algorithm::kDirect)
+    // The sizes where the preferences change: all-reduce at the recursive-doubling limit,
+    // all-to-all at kNodeAggregatedMaxBytes per rank (bytes here are per peer).
+    const bool allToAll = kind == CollKind::kAllToAll;
+    const size_t limit =
+        allToAll ? kNodeAggregatedMaxBytes / std::max(1, view_.nranks) : kRecursiveDoublingMaxBytes;
+    auto small = choose(kind, 0);
+    auto large = choose(kind, kind == CollKind::kAllToAllv ? 0 : limit + 1);
+    if (!table.empty()) table += " ";
+    table += strformat("%s=", collName(kind));
+    if (!small.isOk() || !large.isOk()) {
+      table += "refused(" + (small.isOk() ? large : small).status().message() + ")";
+      continue;
+    }
+    if (small.value() != large.value())
+      table += strformat("%s<=%zuB%s,%s above", algorithmName(small.value()),
+                         allToAll ? kNodeAggregatedMaxBytes : limit, allToAll ? " per rank" : "",
+                         algorithmName(large.value()));
+    else
+      table += algorithmName(small.value());
+    if (kind == CollKind::kAllReduce && small.value() == Algorithm::kDirect)
       table += strformat("(lines<=%zuB,one-shot<=%zuB,two-shot above)", view_.llMaxBytes,
                          view_.oneShotMaxBytes);
-    if (kind == CollKind::kAllReduce && algo.isOk() && algo.value() == Algorithm::kRing)
-      table += strformat("(recursive-doubling<=%zuB,ring above)", kRecursiveDoublingMaxBytes);
-    if (kind == CollKind::kAllGather && algo.isOk() && algo.value() == Algorithm::kDirect)
-      table += strformat("(lines<=%zuB per rank,windows above)", view_.llMaxBytes);
-    if (kind == CollKind::kReduceScatter && algo.isOk() && algo.value() == Algorithm::kDirect)
-      table += strformat("(lines<=%zuB input,windows above)", view_.llMaxBytes);
+    if (kind == CollKind::kAllReduce && small.value() == Algorithm::kRing)
+      table += "(recursive doubling)";
+  }
+  if (view_.shapes) {
+    const Shapes& s = *view_.shapes;
+    table += s.hierarchical.fits
+                 ? strformat("; hierarchical: %d position(s) per node%s", s.hierarchical.owners,
+                             s.hierarchical.uniform ? "" : " (uneven nodes: the rest fold in)")
+                 : "; hierarchical does not fit: " + s.hierarchical.whyNot;
+    table +=
+        s.torus.fits ? "; torus " + s.torus.describe : "; torus does not fit: " + s.torus.whyNot;
   }
   return table;
 }

@@ -19,10 +19,13 @@ Installs the Debian packages (scripts/install-deps.sh), builds (scripts/build.sh
      net, tcp;ofi_rxm and shm providers, medians of 5) and all_reduce_perf over
      TRNCCL_TRANSPORT=efa beside Open MPI's tcp BTL and its ofi MTL, 256 KiB-64 MiB (trnccl over
      net against both, and over tcp;ofi_rxm against the MTL on tcp;ofi_rxm).
-  3. the micro benchmarks (kernels_bench, shm_ring_bench, and any of fabric_bench,
+  3. the topology benchmark (scripts/bench_topology.sh): hierarchical all-reduce beside the
+     flat ring and Open MPI on 2 emulated nodes x 2 ranks, 1-64 MiB, 5 alternating rounds, and
+     the bytes each rank sends over efa against the model.
+  4. the micro benchmarks (kernels_bench, shm_ring_bench, and any of fabric_bench,
      planner_bench that are built) with 5 repetitions, median/mean/stddev aggregates.
-  4. plot.py -> docs/perf/*.png and report.py -> docs/PERFORMANCE.md.
-Takes about 7 minutes on a 2-core machine (--quick: about 30 s).
+  5. plot.py -> docs/perf/*.png and report.py -> docs/PERFORMANCE.md.
+Takes about 10 minutes on a 2-core machine (--quick: about 45 s).
 
   --quick       smoke test in under a minute: tiny sizes, -n 5 -w 1 -R 2, 2 micro
                 repetitions; plots and report go into the results directory, never docs/
@@ -215,6 +218,13 @@ efa_vs_mpi net net_vs_mpi_tcp_btl "${BTL[@]}"
 efa_vs_mpi net net_vs_mpi_ofi_mtl "${MTL[@]}"
 efa_vs_mpi "tcp;ofi_rxm" tcp_vs_mpi_ofi_mtl "${MTL[@]}"
 say "efa benchmarks took $((SECONDS - estart)) s"
+
+# Topology: hierarchical against the flat ring and Open MPI on 2 emulated nodes x 2 ranks.
+tstart=$SECONDS
+topo_flags=(--out "$out")
+[ "$quick" -eq 1 ] && topo_flags+=(--quick)
+run_logged "$out/logs/topology.txt" bash scripts/bench_topology.sh "${topo_flags[@]}"
+say "topology benchmark took $((SECONDS - tstart)) s"
 
 mstart=$SECONDS
 for m in "${MICRO_BENCHES[@]}"; do

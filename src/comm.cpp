@@ -8,6 +8,7 @@
 #include <functional>
 #include <thread>
 
+#include "collectives/shapes.hpp"
 #include "core/dtype.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
@@ -294,6 +295,11 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   // Direct algorithms read peers' windows: every peer on this node's segment, none on efa.
   view.allLocal = std::none_of(classOfPeer_.begin(), classOfPeer_.end(),
                                [](auto c) { return c == topology::LinkClass::kEfa; });
+  view.deviceLinks = neuronlink_ != nullptr;
+  view.ring = RingGroup::of(topology_.ringOrder(), rank);
+  view.topology = &topology_;
+  shapes_ = buildShapes(topology_, rank);
+  view.shapes = &shapes_;
   view.segment = &segment_;
   view.windowBytes = segment_.params().windowBytes;  // the creator's values bind everyone
   view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;

@@ -12,6 +12,7 @@
 
 #include "bootstrap/bootstrap.hpp"
 #include "collectives/planner.hpp"
+#include "collectives/shapes.hpp"
 #include "core/liveness.hpp"
 #include "engine/operation.hpp"
 #include "topology/topology.hpp"
@@ -125,6 +126,7 @@ class Communicator {
   std::unique_ptr<neuronlink::NeuronLinkTransport> neuronlink_;  // only with linked local peers
   WindowState windows_;
   ExecContext ctx_;
+  Shapes shapes_;  // the planner's view points here
   std::unique_ptr<Planner> planner_;
   ProcessWatch watch_;
 

@@ -21,7 +21,9 @@ struct Param {
   int nranks;
 };
 
-// "direct" / "ring": TRNCCL_ALGO. "trn2": the trn2.48xlarge preset with the ring family. "efa-net"
+// "direct" / "ring": TRNCCL_ALGO. "trn2": the trn2.48xlarge preset with the ring family.
+// "torus16", "torus2x16", "hier2x16", "hier2x3", "hier322": the topology-shaped algorithms
+// (see below). "efa-net"
 // / "efa-tcp" / "efa-shm": every peer over libfabric with that provider (net, tcp;ofi_rxm, shm).
 // "nodes": ranks alternate between two emulated nodes, efa between them over the provider trnccl
 // picks by default. TRNCCL_STREAM_COPY_BYTES is low under "direct" and "ring" (see below).
@@ -41,6 +43,23 @@ void configureRank(const std::string& config, int rank) {
     setenv("TRNCCL_FI_PROVIDER", provider, 1);
     // Over tcp, register user buffers per message, as on providers that pin pages (EFA).
     if (config == "efa-tcp") setenv("TRNCCL_EFA_MR_CACHE", "0", 1);
+  } else if (config == "torus16" || config == "torus2x16" || config == "hier2x16") {
+    // 16 ranks on an emulated trn2 node, or 2 nodes x 16 of an UltraServer (efa between the
+    // nodes): every torus / hierarchical schedule, on the quick sweep (32 processes on 2 cores).
+    const bool ultra = config != "torus16";
+    setenv("TRNCCL_TOPO_PRESET", ultra ? "trn2u.48xlarge" : "trn2.48xlarge", 1);
+    setenv("TRNCCL_ALGO", config == "hier2x16" ? "hierarchical" : "torus", 1);
+    if (ultra) setenv("TRNCCL_HOSTID", rank < 16 ? "ultra-a" : "ultra-b", 1);
+    setenv("TRNCCL_TEST_QUICK", "1", 1);
+    setenv("TRNCCL_TEST_WIDE", "1", 1);
+  } else if (config == "hier2x3" || config == "hier322") {
+    // Hierarchical without devices: 2 nodes x 3 ranks, and uneven nodes of 3, 2 and 2 ranks
+    // (the ranks past the smallest node's size fold into its owners).
+    const int node = config == "hier2x3" ? rank / 3 : rank < 3 ? 0 : rank < 5 ? 1 : 2;
+    setenv("TRNCCL_HOSTID", ("hier-node-" + std::to_string(node)).c_str(), 1);
+    setenv("TRNCCL_ALGO", "hierarchical", 1);
+    setenv("TRNCCL_TEST_QUICK", "1", 1);  // the 1 Mi-element counts run in "nodes" (2x2, 2+1)
+    unsetenv("TRNCCL_FI_PROVIDER");
   } else if (config == "trn2") {
     // An emulated trn2 node: ring-family schedules whose messages go over NeuronLink between
     // linked chips and over shm between the others.
@@ -62,6 +81,14 @@ class Collectives : public ::testing::TestWithParam<std::tuple<std::string, int>
     // The sanitizer pass (quick mode) keeps one rank count per libfabric configuration.
     if (quickMode() && config.rfind("efa", 0) == 0 && nranks() != 3)
       GTEST_SKIP() << "quick mode: efa configurations run with 3 ranks only";
+    if (quickMode() && nranks() > 16) GTEST_SKIP() << "quick mode (sanitizers): at most 16 ranks";
+    // The 32-rank UltraServer slices exist for the torus and hierarchical schedules; the other
+    // collectives' schedules are the ring family's, covered by every other configuration.
+    const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    const bool shaped = test.rfind("AllReduce", 0) == 0 || test.rfind("AllGather", 0) == 0 ||
+                        test.rfind("ReduceScatter", 0) == 0 || test.rfind("Broadcast", 0) == 0;
+    if (nranks() > 16 && !shaped)
+      GTEST_SKIP() << "32 ranks run only the collectives with topology-shaped schedules";
     if (quickMode() && config == "nodes" && nranks() != 4)
       GTEST_SKIP() << "quick mode: emulated nodes run with 4 ranks only";
     auto outcomes = runRanks(nranks(), [&](int rank, int n, const trncclUniqueId& id) {
@@ -370,6 +397,13 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Collectives,
                          paramName);
 INSTANTIATE_TEST_SUITE_P(Topo, Collectives,
                          ::testing::Combine(::testing::Values("trn2"), ::testing::Values(4, 5)),
+                         paramName);
+INSTANTIATE_TEST_SUITE_P(TopoShaped, Collectives,
+                         ::testing::Values(std::make_tuple(std::string("torus16"), 16),
+                                           std::make_tuple(std::string("torus2x16"), 32),
+                                           std::make_tuple(std::string("hier2x16"), 32),
+                                           std::make_tuple(std::string("hier2x3"), 6),
+                                           std::make_tuple(std::string("hier322"), 7)),
                          paramName);
 INSTANTIATE_TEST_SUITE_P(Efa, Collectives,
                          ::testing::Combine(::testing::Values("efa-net", "efa-tcp", "efa-shm",

@@ -53,8 +53,9 @@ std::vector<trncclPeerTraffic_t> trafficOf(Failures& f, trncclComm_t comm, int n
   return entries;
 }
 
-// 16 ranks on an emulated trn2 node (oversubscribed): the ring all-reduce and an all-to-all
-// send to every peer; NeuronLink must carry exactly the linked pairs, shm the rest.
+// 16 ranks on an emulated trn2 node (oversubscribed): the ring all-reduce (along the node's
+// cycle of links) and an all-to-all that sends to every peer; NeuronLink must carry exactly
+// the linked pairs, shm the rest.
 TEST(NeuronLink, SixteenRanksOnATrn2NodeUseOnlyLinkedChips) {
   const int n = 16;
   auto outcomes = runRanks(n, [&](int rank, int nranks, const trncclUniqueId& id) {
@@ -85,10 +86,16 @@ TEST(NeuronLink, SixteenRanksOnATrn2NodeUseOnlyLinkedChips) {
       if (t.sentMessages == 0 || t.recvMessages == 0)  // the all-to-all reaches everyone
         f.add("rank %d -> %d: no messages counted", rank, t.peer);
     }
-    // The ring's successor gets the all-reduce's bytes (2(n-1) segments of ~1/16 each).
-    const auto& next = traffic[(rank + 1) % nranks];
-    if (next.sentBytes < 0.9 * (1u << 20) * 2 * (nranks - 1) / nranks)
-      f.add("rank %d -> %d: only %llu bytes", rank, next.peer, next.sentBytes);
+    // The ring goes along the node's link cycle: all of the all-reduce's 2(n-1)/n of the
+    // buffer leaves over NeuronLink, and unlinked peers get only their all-to-all block.
+    unsigned long long overLinks = 0;
+    for (const auto& t : traffic) {
+      if (t.transport == trncclTransportNeuronLink) overLinks += t.sentBytes;
+      if (t.transport == trncclTransportShm && t.sentBytes != 3 * sizeof(int))
+        f.add("rank %d -> %d: %llu bytes over shm", rank, t.peer, t.sentBytes);
+    }
+    if (overLinks < 0.9 * (1u << 20) * 2 * (nranks - 1) / nranks)
+      f.add("rank %d: only %llu bytes over NeuronLink", rank, overLinks);
     if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
     return f.text();
   });
@@ -157,6 +164,84 @@ TEST(NeuronLink, RanksWithDifferentTopologiesFailInit) {
         return std::string();
       },
       60);
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// Torus all-reduce on a full trn2 node: rows then columns, every ring a ring of links, so no
+// message at all goes over shm.
+TEST(NeuronLink, TorusAllReduceSendsOnlyOverLinks) {
+  auto outcomes = runRanks(16, [&](int rank, int nranks, const trncclUniqueId& id) {
+    usePreset("trn2.48xlarge");
+    setenv("TRNCCL_ALGO", "allreduce:torus", 1);
+    trncclComm_t comm = nullptr;
+    std::string error = initComm(&comm, nranks, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    allReduceAndCheck(f, comm, rank, nranks, (1u << 18) + 5);
+    for (const auto& t : trafficOf(f, comm, nranks)) {
+      if (t.peer == rank || t.sentMessages + t.recvMessages == 0) continue;
+      if (t.transport != trncclTransportNeuronLink || !torusAdjacent(rank, t.peer))
+        f.add("rank %d -> %d: %llu messages over transport %d", rank, t.peer,
+              t.sentMessages + t.recvMessages, t.transport);
+    }
+    if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// Hierarchical all-reduce on 2 emulated nodes x 8 ranks of a trn2 preset: each rank talks over
+// efa to exactly one peer (the rank at its position on the other node), and sends it exactly
+// the model's bytes: 2(N-1)/N of its share of the node's buffer, here N = 2 nodes, so the
+// whole share, which is part (position + 1) mod 8 of the buffer split 8 ways (positions along
+// the node's link cycle, which the test does not need to know: the share sizes differ by at
+// most one element, and the sum over a node's ranks must be the whole buffer).
+TEST(NeuronLink, HierarchicalAllReduceCrossesEfaOncePerPosition) {
+  const size_t count = (1u << 18) + 5;
+  auto outcomes = runRanks(16, [&](int rank, int nranks, const trncclUniqueId& id) {
+    usePreset("trn2.48xlarge");
+    setenv("TRNCCL_HOSTID", rank < 8 ? "hier-a" : "hier-b", 1);
+    setenv("TRNCCL_ALGO", "allreduce:hierarchical", 1);
+    setenv("FI_NET_IFACE", "lo", 1);
+    setenv("FI_TCP_IFACE", "lo", 1);
+    trncclComm_t comm = nullptr;
+    std::string error = initComm(&comm, nranks, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    allReduceAndCheck(f, comm, rank, nranks, count);
+    int efaPeers = 0;
+    unsigned long long efaBytes = 0;
+    for (const auto& t : trafficOf(f, comm, nranks)) {
+      const bool otherNode = (t.peer < 8) != (rank < 8);
+      if (t.sentMessages + t.recvMessages == 0) continue;
+      if (otherNode != (t.transport == trncclTransportEfa))
+        f.add("rank %d -> %d: transport %d", rank, t.peer, t.transport);
+      if (t.transport == trncclTransportEfa) {
+        ++efaPeers;
+        efaBytes += t.sentBytes;
+        if (t.sentBytes != t.recvBytes)
+          f.add("rank %d -> %d: sent %llu, received %llu over efa", rank, t.peer, t.sentBytes,
+                t.recvBytes);
+      }
+      if (t.transport == trncclTransportNeuronLink && !torusAdjacent(rank % 8, t.peer % 8))
+        f.add("rank %d -> %d: NeuronLink between unlinked chips", rank, t.peer);
+    }
+    if (efaPeers != 1) f.add("rank %d talked to %d ranks over efa, want 1", rank, efaPeers);
+    const size_t share = count / 8;  // every share is count/8 or one element more
+    if (efaBytes < share * 4 || efaBytes > (share + 1) * 4)
+      f.add("rank %d sent %llu bytes over efa; the model says its share, %zu-%zu", rank, efaBytes,
+            share * 4, (share + 1) * 4);
+    // Every rank of a node together sends the whole buffer once over efa: check via a
+    // reduction of the per-rank counts.
+    unsigned long long total = 0;
+    if (trncclAllReduce(&efaBytes, &total, 1, trncclUint64, trncclSum, comm) != trncclSuccess)
+      f.add("counting all-reduce failed");
+    if (total != 2ull * count * 4)
+      f.add("the ranks sent %llu bytes over efa in all, want %zu (the buffer once per node)", total,
+            2 * count * 4);
+    if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
+    return f.text();
+  });
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 

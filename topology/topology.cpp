@@ -204,6 +204,70 @@ Result<LinkClass> Topology::classBetween(int a, int b, const TransportSet& allow
                    sameNode && linkBetween(a, b) ? ", linked chips" : "");
 }
 
+namespace {
+
+// Depth-first search for a Hamiltonian cycle (or, failing that, path) over n vertices, bounded
+// so that an unlucky graph costs milliseconds, not minutes; torus graphs find one at once.
+class HamiltonSearch {
+ public:
+  explicit HamiltonSearch(const std::vector<std::vector<char>>& adjacent)
+      : adj_(adjacent), n_(static_cast<int>(adjacent.size())), used_(n_, 0) {}
+  std::vector<int> find(bool cycle) {
+    path_.assign(1, 0);
+    used_.assign(n_, 0);
+    used_[0] = 1;
+    budget_ = 200000;
+    return extend(cycle) ? path_ : std::vector<int>{};
+  }
+
+ private:
+  bool extend(bool cycle) {
+    if (--budget_ < 0) return false;
+    if (static_cast<int>(path_.size()) == n_) return !cycle || adj_[path_.back()][path_.front()];
+    for (int v = 0; v < n_; ++v) {
+      if (used_[v] || !adj_[path_.back()][v]) continue;
+      used_[v] = 1;
+      path_.push_back(v);
+      if (extend(cycle)) return true;
+      path_.pop_back();
+      used_[v] = 0;
+    }
+    return false;
+  }
+  const std::vector<std::vector<char>>& adj_;
+  int n_;
+  std::vector<char> used_;
+  std::vector<int> path_;
+  long budget_ = 0;
+};
+
+}  // namespace
+
+std::vector<int> Topology::linkOrder(int node) const {
+  const std::vector<int>& ranks = ranksOfNode(node);
+  const int m = static_cast<int>(ranks.size());
+  if (!hasDevices() || m < 3) return ranks;
+  std::vector<std::vector<char>> adjacent(m, std::vector<char>(m, 0));
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < m; ++j) adjacent[i][j] = i != j && linkBetween(ranks[i], ranks[j]);
+  HamiltonSearch search(adjacent);
+  std::vector<int> order = search.find(true);
+  if (order.empty()) order = search.find(false);
+  if (order.empty()) return ranks;
+  std::vector<int> result;
+  for (int i : order) result.push_back(ranks[i]);
+  return result;
+}
+
+std::vector<int> Topology::ringOrder() const {
+  std::vector<int> order;
+  for (int node = 0; node < nnodes(); ++node) {
+    std::vector<int> inNode = linkOrder(node);
+    order.insert(order.end(), inNode.begin(), inNode.end());
+  }
+  return order;
+}
+
 std::string Topology::describe() const {
   std::string out =
       strformat("topology: %s\n  %d rank(s) on %d node(s); devices: %s\n", found_.source.c_str(),

@@ -79,6 +79,13 @@ class Topology {
   // their traffic goes over efa here).
   Result<LinkClass> classBetween(int a, int b, const TransportSet& allowed) const;
 
+  // The ranks of `node` in an order whose neighbours' chips are linked: a cycle of links when
+  // one exists (the ring closes over a link too), else a path, else local-rank order. Ring
+  // schedules inside a node go in this order so that their messages stay on NeuronLinks.
+  std::vector<int> linkOrder(int node) const;
+  // Every rank, node by node, each node in linkOrder: the order of whole-communicator rings.
+  std::vector<int> ringOrder() const;
+
   // Multi-line text for trnccl-topo and INFO: nodes, ranks, chips, links, NICs.
   std::string describe() const;
 

@@ -20,6 +20,9 @@ CommView ringView(int nranks) {
   view.windowBytes = 256 << 10;
   view.oneShotMaxBytes = 16 << 10;
   view.llMaxBytes = 64;
+  std::vector<int> order(nranks);
+  for (int r = 0; r < nranks; ++r) order[r] = r;
+  view.ring = RingGroup::of(order, view.rank);
   return view;
 }
 

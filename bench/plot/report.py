@@ -478,6 +478,12 @@ def build(results, out_path, plots_dir, warn):
 
     md += efa_section(results, warn)
 
+    # scripts/bench_topology.sh writes its own summary (bench/plot/topology_summary.py).
+    topology = os.path.join(results, "topology", "summary.md")
+    if os.path.isfile(topology):
+        md += ["## Topology: hierarchical all-reduce on 2 emulated nodes x 2 ranks", ""]
+        md += [read(topology).rstrip(), ""]
+
     if micro:
         md += ["## Micro benchmarks", ""]
         md.append("Google Benchmark; time is the real (wall-clock) time per iteration, GB/s is "

@@ -1,4 +1,5 @@
-// Pipelined chain reduce toward the root: root+1 -> root+2 -> ... -> root, in window-sized
+// Pipelined chain reduce toward the root along the communicator's ring order (NeuronLinks
+// inside a node that has them): the root's successor starts, the root ends, in window-sized
 // chunks. Each rank adds its input to the partial sums as they arrive and forwards them.
 #include "collectives/direct_rounds.hpp"
 
@@ -7,14 +8,17 @@ namespace trnccl {
 Status reduceChain(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
   const size_t esize = elementSize(a);
   const size_t bytes = a.count * esize;
-  const int n = c.nranks, r = c.rank;
-  const bool isRoot = r == a.root;
+  const RingGroup& g = c.ring;
+  const int n = g.size();
+  const bool isRoot = c.rank == a.root;
   if (n == 1) {
     b.copy(a.recvbuff, a.sendbuff, bytes);
     return Status::ok();
   }
-  const int position = (r - a.root - 1 + 2 * n) % n;  // 0 starts the chain, n-1 is the root
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const int rootPos =
+      static_cast<int>(std::find(g.ranks.begin(), g.ranks.end(), a.root) - g.ranks.begin());
+  const int position = (g.pos - rootPos - 1 + 2 * n) % n;  // 0 starts the chain, n-1 is the root
+  const int next = g.next(), prev = g.prev();
   const size_t chunk = c.windowBytes / esize * esize;
   const size_t chunks = std::max<size_t>(1, ceilDiv(bytes, chunk));
   auto chunkBytes = [&](size_t k) {

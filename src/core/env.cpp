@@ -130,6 +130,10 @@ const Var kTestQuick{"TRNCCL_TEST_QUICK", Kind::kBool, "0",
                      "Test suite only: a shorter sweep (no 1 Mi-element counts; libfabric "
                      "configurations with 3 ranks only), for the sanitizer passes."};
 
+const Var kTestWide{"TRNCCL_TEST_WIDE", Kind::kBool, "0",
+                    "Test suite only: four data types and three ops instead of all, for the "
+                    "16- and 32-rank topology configurations."};
+
 const std::vector<const Var*>& all() {
   static const std::vector<const Var*> vars = {&kDebug,
                                                &kDebugSubsys,
@@ -161,7 +165,8 @@ const std::vector<const Var*>& all() {
                                                &kNeuronSysfs,
                                                &kNeuronDevices,
                                                &kTrafficDir,
-                                               &kTestQuick};
+                                               &kTestQuick,
+                                               &kTestWide};
   return vars;
 }
 

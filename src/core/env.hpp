@@ -56,6 +56,7 @@ extern const Var kNeuronDevices;
 extern const Var kTrafficDir;
 // The test suite.
 extern const Var kTestQuick;
+extern const Var kTestWide;
 
 const std::vector<const Var*>& all();
 

@@ -1,0 +1,87 @@
+#include "collectives/levels.hpp"
+
+#include "collectives/direct_rounds.hpp"
+
+namespace trnccl {
+
+void allReduceOverLevels(ScheduleBuilder& b, const CollArgs& a, const void* in, void* out,
+                         const std::vector<RingGroup>& levels, int nranks) {
+  std::vector<const RingGroup*> used;
+  for (const RingGroup& g : levels)
+    if (g.size() > 1) used.push_back(&g);
+  if (used.empty()) {
+    b.copy(out, in, a.count * elementSize(a));
+    return;
+  }
+  std::vector<std::vector<Span>> partsOf;
+  Span range{0, a.count};
+  const void* source = in;
+  for (size_t i = 0; i < used.size(); ++i) {
+    const RingGroup& g = *used[i];
+    std::vector<Span> parts = splitParts(range.begin, range.count, g.size());
+    const bool last = i + 1 == used.size();
+    ringReduceScatterParts(b, g, a, source, out, parts, last && a.op == trncclAvg ? nranks : 0);
+    range = parts[(g.pos + 1) % g.size()];
+    partsOf.push_back(std::move(parts));
+    source = out;
+  }
+  for (size_t i = used.size(); i-- > 0;) ringAllGatherParts(b, *used[i], a, out, partsOf[i], 1);
+}
+
+namespace {
+
+// Blocks (one rank's share each) in grid order: coordinate 0 varies slowest, so at level i
+// the part of coordinate value v, with the lower coordinates this rank's, is contiguous.
+struct GridLayout {
+  std::vector<size_t> span;  // blocks per step of each coordinate
+  size_t mine = 0;           // this rank's grid index
+  explicit GridLayout(const std::vector<RingGroup>& levels) : span(levels.size(), 1) {
+    for (size_t i = levels.size(); i-- > 1;) span[i - 1] = span[i] * levels[i].size();
+    for (size_t i = 0; i < levels.size(); ++i) mine += levels[i].pos * span[i];
+  }
+  // Level i's parts (elements, count per block), with levels below i at this rank's values.
+  std::vector<Span> parts(const std::vector<RingGroup>& levels, size_t i, size_t count) const {
+    size_t base = 0;
+    for (size_t j = 0; j < i; ++j) base += levels[j].pos * span[j];
+    std::vector<Span> result;
+    for (int v = 0; v < levels[i].size(); ++v)
+      result.push_back({(base + v * span[i]) * count, span[i] * count});
+    return result;
+  }
+};
+
+}  // namespace
+
+void allGatherOverGrid(ScheduleBuilder& b, const CollArgs& a, const std::vector<RingGroup>& levels,
+                       const std::vector<int>& gridRanks) {
+  const size_t blockBytes = a.count * elementSize(a);
+  const GridLayout grid(levels);
+  char* gathered = b.scratch(gridRanks.size() * blockBytes);
+  b.copy(gathered + grid.mine * blockBytes, a.sendbuff, blockBytes);
+  for (size_t i = levels.size(); i-- > 0;)
+    ringAllGatherParts(b, levels[i], a, gathered, grid.parts(levels, i, a.count), 0);
+  for (size_t g = 0; g < gridRanks.size(); ++g)
+    b.copy(byteAt(a.recvbuff, gridRanks[g] * blockBytes), gathered + g * blockBytes, blockBytes);
+}
+
+void reduceScatterOverGrid(ScheduleBuilder& b, const CollArgs& a,
+                           const std::vector<RingGroup>& levels, const std::vector<int>& gridRanks,
+                           int nranks) {
+  const size_t blockBytes = a.count * elementSize(a);
+  const GridLayout grid(levels);
+  char* sums = b.scratch(gridRanks.size() * blockBytes);
+  for (size_t g = 0; g < gridRanks.size(); ++g)
+    b.copy(sums + g * blockBytes, byteAt(a.sendbuff, gridRanks[g] * blockBytes), blockBytes);
+  size_t lastUsed = levels.size();
+  for (size_t i = 0; i < levels.size(); ++i)
+    if (levels[i].size() > 1) lastUsed = i;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    if (levels[i].size() < 2) continue;
+    // Rotated by one: position p ends with the part of coordinate value p, its own.
+    ringReduceScatterParts(b, levels[i], a, sums, sums, rotated(grid.parts(levels, i, a.count), 1),
+                           i == lastUsed && a.op == trncclAvg ? nranks : 0);
+  }
+  b.copy(a.recvbuff, sums + grid.mine * blockBytes, blockBytes);
+}
+
+}  // namespace trnccl

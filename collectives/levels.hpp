@@ -1,0 +1,29 @@
+// Collectives over a grid of rings (levels): the hierarchical algorithms (level 0 = the ranks
+// of a node along its links, level 1 = the same position on every node) and the torus ones
+// (one level per torus dimension, then one across nodes). Level i's group holds the ranks that
+// differ from this one only in coordinate i, ordered by it, so every member of a group holds
+// the same range when the group starts. Each element's final value is reduced by one rank and
+// copied to the others: results are bitwise identical on every rank.
+#pragma once
+
+#include <vector>
+
+#include "collectives/ring_group.hpp"
+
+namespace trnccl {
+
+// Reduce-scatter through the levels in order (the range shrinks by each level's size), then
+// all-gather back: bytes per level shrink geometrically, so the outer (slow) levels carry only
+// their share. in == out works. nranks: the avg divisor.
+void allReduceOverLevels(ScheduleBuilder& b, const CollArgs& a, const void* in, void* out,
+                         const std::vector<RingGroup>& levels, int nranks);
+// All-gather of a.count elements per rank: outer levels first (small blocks), then inner.
+// gridRanks: the rank at each grid index (coordinate 0 varies slowest).
+void allGatherOverGrid(ScheduleBuilder& b, const CollArgs& a, const std::vector<RingGroup>& levels,
+                       const std::vector<int>& gridRanks);
+// Reduce-scatter of a.count elements per rank: inner levels first, then outer.
+void reduceScatterOverGrid(ScheduleBuilder& b, const CollArgs& a,
+                           const std::vector<RingGroup>& levels, const std::vector<int>& gridRanks,
+                           int nranks);
+
+}  // namespace trnccl

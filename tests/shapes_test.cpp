@@ -1,0 +1,145 @@
+// The shapes topology-shaped algorithms run over, and the planner's choices between them: link
+// orders are rings of links, torus levels are the torus's rows and columns, hierarchical
+// groups fold uneven nodes into owners, and TRNCCL_ALGO asking for a shape that does not fit
+// is refused with the reason. Expected groups are written out from the torus rule here.
+#include <gtest/gtest.h>
+
+#include "collectives/planner.hpp"
+#include "collectives/shapes.hpp"
+#include "topology/presets.hpp"
+
+namespace trnccl {
+namespace {
+
+topology::Discovery presetDiscovery(const std::string& name) {
+  topology::Discovery d;
+  d.kind = topology::Discovery::Kind::kPreset;
+  d.source = "TRNCCL_TOPO_PRESET=" + name;
+  d.graph = topology::preset(name).value();
+  return d;
+}
+
+// nodes x perNode ranks, node-major, local rank i on chip i (when there is a graph).
+topology::Topology job(int nodes, int perNode, const std::string& presetName) {
+  std::vector<uint64_t> hosts;
+  std::vector<int> chips;
+  for (int n = 0; n < nodes; ++n)
+    for (int i = 0; i < perNode; ++i) {
+      hosts.push_back(100 + n);
+      chips.push_back(presetName.empty() ? -1 : i);
+    }
+  topology::Discovery found;
+  if (!presetName.empty()) found = presetDiscovery(presetName);
+  auto t = topology::Topology::build(topology::groupByHost(hosts), found, chips);
+  EXPECT_TRUE(t.isOk()) << t.status().message();
+  return t.value();
+}
+
+bool adjacent(int a, int b) {
+  int ax = a % 4, ay = a / 4, bx = b % 4, by = b / 4;
+  return (ay == by && ((ax + 1) % 4 == bx || (bx + 1) % 4 == ax)) ||
+         (ax == bx && ((ay + 1) % 4 == by || (by + 1) % 4 == ay));
+}
+
+TEST(Shapes, LinkOrderOfAFullTrn2NodeIsARingOfLinks) {
+  auto t = job(1, 16, "trn2.48xlarge");
+  std::vector<int> order = t.linkOrder(0);
+  ASSERT_EQ(order.size(), 16u);
+  std::vector<int> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(sorted[i], i);
+  for (int i = 0; i < 16; ++i)
+    EXPECT_TRUE(adjacent(order[i], order[(i + 1) % 16])) << order[i] << "-" << order[(i + 1) % 16];
+}
+
+TEST(Shapes, WithoutDevicesTheOrderIsRankOrder) {
+  auto t = job(2, 3, "");
+  EXPECT_EQ(t.ringOrder(), (std::vector<int>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(Shapes, TorusLevelsAreRowsAndColumnsThenNodes) {
+  auto t = job(2, 16, "trn2u.48xlarge");
+  Shapes s = buildShapes(t, 16 + 6);  // node 1, chip 6 = (2, 1)
+  ASSERT_TRUE(s.torus.fits) << s.torus.whyNot;
+  ASSERT_EQ(s.torus.levels.size(), 3u);
+  EXPECT_EQ(s.torus.levels[0].ranks, (std::vector<int>{20, 21, 22, 23}));  // row y = 1
+  EXPECT_EQ(s.torus.levels[1].ranks, (std::vector<int>{18, 22, 26, 30}));  // column x = 2
+  EXPECT_EQ(s.torus.levels[2].ranks, (std::vector<int>{6, 22}));           // across nodes
+  EXPECT_EQ(s.torus.levels[0].pos, 2);
+  EXPECT_EQ(s.torus.describe, "4x4x2");
+  EXPECT_EQ(s.torus.gridRanks.size(), 32u);
+  auto partial = job(1, 8, "trn2.48xlarge");
+  Shapes p = buildShapes(partial, 0);
+  EXPECT_FALSE(p.torus.fits);
+  EXPECT_NE(p.torus.whyNot.find("8 rank(s)"), std::string::npos) << p.torus.whyNot;
+}
+
+TEST(Shapes, UnevenNodesFoldIntoOwners) {
+  // Nodes of 3, 2 and 2 ranks: two positions own parts; rank 2 (position 2 of node 0) folds
+  // into rank 0.
+  auto t = topology::Topology::build(topology::groupByHost({7, 7, 7, 8, 8, 9, 9}), {},
+                                     std::vector<int>(7, -1))
+               .value();
+  Shapes folded = buildShapes(t, 2);
+  ASSERT_TRUE(folded.hierarchical.fits);
+  EXPECT_EQ(folded.hierarchical.owners, 2);
+  EXPECT_FALSE(folded.hierarchical.uniform);
+  EXPECT_EQ(folded.hierarchical.foldInto, 0);
+  Shapes owner = buildShapes(t, 0);
+  EXPECT_EQ(owner.hierarchical.folded, (std::vector<int>{2}));
+  EXPECT_EQ(owner.hierarchical.inner.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(owner.hierarchical.outer.ranks, (std::vector<int>{0, 3, 5}));
+  Shapes single = buildShapes(job(1, 4, ""), 0);
+  EXPECT_FALSE(single.hierarchical.fits);
+}
+
+Planner plannerFor(const topology::Topology& t, const Shapes& shapes, int rank,
+                   const std::string& algo, bool deviceLinks) {
+  CommView view;
+  view.rank = rank;
+  view.nranks = t.nranks();
+  view.allLocal = t.nnodes() == 1;
+  view.deviceLinks = deviceLinks;
+  view.ring = RingGroup::of(t.ringOrder(), rank);
+  view.topology = &t;
+  view.shapes = &shapes;
+  return Planner(view, parseAlgoOverrides(algo).value());
+}
+
+TEST(Planner, FollowsTheTopologyAndRefusesShapesThatDoNotFit) {
+  auto trn2 = job(1, 16, "trn2.48xlarge");
+  Shapes s = buildShapes(trn2, 0);
+  auto p = plannerFor(trn2, s, 0, "", true);
+  EXPECT_EQ(p.choose(CollKind::kAllReduce, 1 << 20).value(), Algorithm::kTorus);
+  EXPECT_EQ(p.choose(CollKind::kAllReduce, 1024).value(), Algorithm::kRing);  // recursive doubling
+  EXPECT_EQ(p.choose(CollKind::kBroadcast, 1 << 20).value(), Algorithm::kRing);
+  auto plain = job(1, 4, "");
+  Shapes ps = buildShapes(plain, 0);
+  EXPECT_EQ(plannerFor(plain, ps, 0, "", false).choose(CollKind::kAllReduce, 1 << 20).value(),
+            Algorithm::kDirect);
+  auto refused = plannerFor(plain, ps, 0, "allreduce:torus", false).choose(CollKind::kAllReduce, 8);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("torus"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("no device graph"), std::string::npos)
+      << refused.status().message();
+  auto hier = plannerFor(plain, ps, 0, "hierarchical", false).choose(CollKind::kBroadcast, 8);
+  ASSERT_FALSE(hier.isOk());
+  EXPECT_NE(hier.status().message().find("one node"), std::string::npos);
+  // The global form leaves collectives without that algorithm to the planner.
+  EXPECT_EQ(plannerFor(trn2, s, 0, "torus", true).choose(CollKind::kBarrier, 0).value(),
+            Algorithm::kRing);
+  auto nodes = job(2, 2, "");
+  Shapes ns = buildShapes(nodes, 0);
+  auto np = plannerFor(nodes, ns, 0, "", false);
+  EXPECT_EQ(np.choose(CollKind::kAllReduce, 1 << 20).value(), Algorithm::kHierarchical);
+  EXPECT_EQ(np.choose(CollKind::kAllToAll, 64).value(), Algorithm::kHierarchical);
+  EXPECT_EQ(np.choose(CollKind::kAllToAll, 1 << 20).value(), Algorithm::kRing);
+  EXPECT_EQ(np.choose(CollKind::kAllToAllv, 0).value(), Algorithm::kHierarchical);
+  EXPECT_EQ(plannerFor(nodes, ns, 0, "^hierarchical", false)
+                .choose(CollKind::kAllReduce, 1 << 20)
+                .value(),
+            Algorithm::kRing);
+}
+
+}  // namespace
+}  // namespace trnccl
