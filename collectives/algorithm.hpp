@@ -43,6 +43,7 @@ struct CommView {
   int nranks = 1;
   bool allLocal = true;      // every rank shares this node's segment
   bool deviceLinks = false;  // some peer is reached over NeuronLink (a device graph is in use)
+  int pipelineChunks = 0;    // TRNCCL_PIPELINE_CHUNKS (0 = pipelineChunks' choice)
   shm::Segment* segment = nullptr;
   size_t windowBytes = 0;  // per window slot
   size_t oneShotMaxBytes = 0;
@@ -68,6 +69,9 @@ Status allReduceRing(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 // log2(p) where the ring's stay near 2x.
 Status allReduceRecursiveDoubling(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 inline constexpr size_t kRecursiveDoublingMaxBytes = 256 << 10;
+// Slices a hierarchical or torus all-reduce of `bytes` is cut into, so that one slice's
+// exchange between nodes overlaps the next slice's phase inside the node.
+int pipelineChunks(const CommView& c, size_t bytes);
 Status allGatherRing(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status reduceScatterRing(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status broadcastChain(ScheduleBuilder& b, const CollArgs& a, const CommView& c);

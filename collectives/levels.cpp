@@ -1,5 +1,7 @@
 #include "collectives/levels.hpp"
 
+#include <algorithm>
+
 #include "collectives/direct_rounds.hpp"
 
 namespace trnccl {
@@ -30,6 +32,32 @@ void allReduceOverLevels(ScheduleBuilder& b, const CollArgs& a, const void* in, 
 
 namespace {
 
+// Reorders the steps built from firstStep on, lane by lane (lane l = steps [starts[l],
+// starts[l+1])), so that lane l's group j runs together with lane l+1's group j - stagger.
+// Lanes touch disjoint memory. Every rank builds the same lanes, so two ranks' messages to
+// each other are started in the same order on both sides (lane order within a group).
+void overlapLanes(Schedule& s, const std::vector<size_t>& starts, uint32_t stagger) {
+  const size_t first = starts.front(), end = s.steps.size();
+  const uint32_t base = first < end ? s.steps[first].group : s.groups;
+  std::vector<std::pair<uint32_t, Step>> keyed;
+  for (size_t lane = 0; lane + 1 < starts.size(); ++lane) {
+    uint32_t local = 0;
+    for (size_t i = starts[lane]; i < starts[lane + 1]; ++i) {
+      if (i > starts[lane] && s.steps[i].group != s.steps[i - 1].group) ++local;
+      keyed.emplace_back(static_cast<uint32_t>(lane) * stagger + local, s.steps[i]);
+    }
+  }
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  uint32_t last = 0;
+  for (size_t i = 0; i < keyed.size(); ++i) {
+    s.steps[first + i] = keyed[i].second;
+    s.steps[first + i].group = base + keyed[i].first;
+    last = std::max(last, keyed[i].first);
+  }
+  if (!keyed.empty()) s.groups = base + last + 1;
+}
+
 // Blocks (one rank's share each) in grid order: coordinate 0 varies slowest, so at level i
 // the part of coordinate value v, with the lower coordinates this rank's, is contiguous.
 struct GridLayout {
@@ -51,6 +79,30 @@ struct GridLayout {
 };
 
 }  // namespace
+
+void allReduceOverLevelsPipelined(ScheduleBuilder& b, const CollArgs& a, const void* in, void* out,
+                                  const std::vector<RingGroup>& levels, int nranks, int chunks) {
+  chunks = static_cast<int>(std::max<size_t>(1, std::min<size_t>(chunks, a.count)));
+  const RingGroup* firstLevel = nullptr;
+  for (const RingGroup& g : levels)
+    if (g.size() > 1 && !firstLevel) firstLevel = &g;
+  if (chunks == 1 || !firstLevel) {
+    allReduceOverLevels(b, a, in, out, levels, nranks);
+    return;
+  }
+  const size_t esize = elementSize(a);
+  std::vector<size_t> starts;
+  for (const Span& slice : splitParts(0, a.count, chunks)) {
+    starts.push_back(b.schedule().steps.size());
+    CollArgs part = a;
+    part.count = slice.count;
+    part.sendbuff = byteAt(in, slice.begin * esize);
+    part.recvbuff = byteAt(out, slice.begin * esize);
+    allReduceOverLevels(b, part, part.sendbuff, part.recvbuff, levels, nranks);
+  }
+  starts.push_back(b.schedule().steps.size());
+  overlapLanes(b.schedule(), starts, static_cast<uint32_t>(firstLevel->size() - 1));
+}
 
 void allGatherOverGrid(ScheduleBuilder& b, const CollArgs& a, const std::vector<RingGroup>& levels,
                        const std::vector<int>& gridRanks) {

@@ -17,6 +17,11 @@ namespace trnccl {
 // their share. in == out works. nranks: the avg divisor.
 void allReduceOverLevels(ScheduleBuilder& b, const CollArgs& a, const void* in, void* out,
                          const std::vector<RingGroup>& levels, int nranks);
+// allReduceOverLevels on `chunks` consecutive slices of the buffer, software-pipelined: slice
+// i+1's first level (inside the node) runs together with slice i's next level (across nodes),
+// and so on, so that the node's links and the network work at the same time.
+void allReduceOverLevelsPipelined(ScheduleBuilder& b, const CollArgs& a, const void* in, void* out,
+                                  const std::vector<RingGroup>& levels, int nranks, int chunks);
 // All-gather of a.count elements per rank: outer levels first (small blocks), then inner.
 // gridRanks: the rank at each grid index (coordinate 0 varies slowest).
 void allGatherOverGrid(ScheduleBuilder& b, const CollArgs& a, const std::vector<RingGroup>& levels,

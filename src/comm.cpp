@@ -119,6 +119,8 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   TRNCCL_RETURN_IF_ERROR(llMax.status());
   auto streamCopy = bytesSetting(env::kStreamCopyBytes, 0, INT64_MAX);
   TRNCCL_RETURN_IF_ERROR(streamCopy.status());
+  auto chunksSetting = bytesSetting(env::kPipelineChunks, 0, 64);
+  TRNCCL_RETURN_IF_ERROR(chunksSetting.status());
   auto parsedAlgo = parseAlgoOverrides(options.algorithm.empty() ? env::getString(env::kAlgo)
                                                                  : options.algorithm);
   // (Every rank must plan alike: the segment's creator checks TRNCCL_ALGO agrees, below.)
@@ -296,6 +298,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   view.allLocal = std::none_of(classOfPeer_.begin(), classOfPeer_.end(),
                                [](auto c) { return c == topology::LinkClass::kEfa; });
   view.deviceLinks = neuronlink_ != nullptr;
+  view.pipelineChunks = static_cast<int>(chunksSetting.value());
   view.ring = RingGroup::of(topology_.ringOrder(), rank);
   view.topology = &topology_;
   shapes_ = buildShapes(topology_, rank);

@@ -168,7 +168,7 @@ TEST(NeuronLink, RanksWithDifferentTopologiesFailInit) {
 }
 
 // Torus all-reduce on a full trn2 node: rows then columns, every ring a ring of links, so no
-// message at all goes over shm.
+// message at all goes over shm; 1 MiB whole, 4 MiB in pipelined slices.
 TEST(NeuronLink, TorusAllReduceSendsOnlyOverLinks) {
   auto outcomes = runRanks(16, [&](int rank, int nranks, const trncclUniqueId& id) {
     usePreset("trn2.48xlarge");
@@ -178,6 +178,7 @@ TEST(NeuronLink, TorusAllReduceSendsOnlyOverLinks) {
     if (!error.empty()) return error;
     Failures f;
     allReduceAndCheck(f, comm, rank, nranks, (1u << 18) + 5);
+    allReduceAndCheck(f, comm, rank, nranks, (1u << 20) + 3);
     for (const auto& t : trafficOf(f, comm, nranks)) {
       if (t.peer == rank || t.sentMessages + t.recvMessages == 0) continue;
       if (t.transport != trncclTransportNeuronLink || !torusAdjacent(rank, t.peer))

@@ -26,7 +26,8 @@ Status allReduceHierarchical(ScheduleBuilder& b, const CollArgs& a, const CommVi
     b.recv(folded, a.recvbuff, bytes, reduce);
     input = a.recvbuff;
   }
-  allReduceOverLevels(b, a, input, a.recvbuff, {h.inner, h.outer}, c.nranks);
+  allReduceOverLevelsPipelined(b, a, input, a.recvbuff, {h.inner, h.outer}, c.nranks,
+                               pipelineChunks(c, bytes));
   ConcurrentSteps together(b);
   for (int folded : h.folded) b.send(folded, a.recvbuff, bytes);
   return Status::ok();

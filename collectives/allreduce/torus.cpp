@@ -10,7 +10,8 @@ namespace trnccl {
 Status allReduceTorus(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
   const TorusShape& t = c.shapes->torus;
   if (!t.fits) return makeError(Code::kInternalError, "torus all-reduce: %s", t.whyNot.c_str());
-  allReduceOverLevels(b, a, a.sendbuff, a.recvbuff, t.levels, c.nranks);
+  allReduceOverLevelsPipelined(b, a, a.sendbuff, a.recvbuff, t.levels, c.nranks,
+                               pipelineChunks(c, a.count * elementSize(a)));
   return Status::ok();
 }
 

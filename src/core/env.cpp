@@ -126,6 +126,10 @@ const Var kTrafficDir{"TRNCCL_TRAFFIC_DIR", Kind::kString, "",
                       "(messages, bytes, over which transport and chips) into a file in this "
                       "directory; `trnccl-topo --stats DIR` sums them per link. Also logged at "
                       "destroy with TRNCCL_DEBUG=INFO (subsystem TOPO)."};
+const Var kPipelineChunks{"TRNCCL_PIPELINE_CHUNKS", Kind::kInt, "0",
+                          "Slices a hierarchical or torus all-reduce is cut into, so that one "
+                          "slice's exchange between nodes overlaps the next slice's phase "
+                          "inside the node. 0 = one slice per MiB, at most 32."};
 const Var kTestQuick{"TRNCCL_TEST_QUICK", Kind::kBool, "0",
                      "Test suite only: a shorter sweep (no 1 Mi-element counts; libfabric "
                      "configurations with 3 ranks only), for the sanitizer passes."};
@@ -165,6 +169,7 @@ const std::vector<const Var*>& all() {
                                                &kNeuronSysfs,
                                                &kNeuronDevices,
                                                &kTrafficDir,
+                                               &kPipelineChunks,
                                                &kTestQuick,
                                                &kTestWide};
   return vars;

@@ -54,6 +54,7 @@ extern const Var kTopoPreset;
 extern const Var kNeuronSysfs;
 extern const Var kNeuronDevices;
 extern const Var kTrafficDir;
+extern const Var kPipelineChunks;
 // The test suite.
 extern const Var kTestQuick;
 extern const Var kTestWide;
