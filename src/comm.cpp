@@ -148,7 +148,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   const topology::TransportSet allowed = usable.value();
   // The device graph every rank discovers for itself; which chip it drives travels in the
   // exchange below, with the graph's hash (all ranks must have discovered the same one).
-  auto discovered = topology::discoverDevices();
+  auto discovered = topology::discoverDevices(!env::getString(env::kTopoDumpFile).empty());
   TRNCCL_RETURN_IF_ERROR(discovered.status());
   const int myNode = layout.nodeOfRank[rank];
   const int myLocal = layout.localRank(rank);
@@ -156,7 +156,10 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
                                           myNode % std::max(1, discovered.value().graph.nodes),
                                           myLocal, layout.localSize(rank), host.name);
   TRNCCL_RETURN_IF_ERROR(myChip.status());
-  const uint64_t graphHash = std::hash<std::string>{}(topology::toText(discovered.value().graph));
+  // NICs are left out of the comparison: hosts of one job may name their interfaces apart.
+  topology::DeviceGraph compared = discovered.value().graph;
+  compared.nics.clear();
+  const uint64_t graphHash = std::hash<std::string>{}(topology::toText(compared));
   // Libfabric is needed for ranks on other nodes, and (when TRNCCL_TRANSPORT leaves out shm)
   // for ranks of this node that NeuronLink may not reach; which exactly is known once the
   // chips are, after the exchange, so this errs towards opening it.

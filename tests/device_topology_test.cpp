@@ -298,6 +298,27 @@ TEST(Discovery, FileThenPresetThenSysfsThenNone) {
   }
 }
 
+TEST(Discovery, SysfsAndNoneTakeTheHostNicsFromHwloc) {
+  // The hwloc fixture: two packages, two EFA devices behind each.
+  ScopedEnv xml("TRNCCL_TOPO_XML",
+                (std::string(TRNCCL_FIXTURES_DIR) + "/trn_two_numa_four_efa.xml").c_str());
+  ScopedEnv f("TRNCCL_TOPO_FILE", nullptr);
+  ScopedEnv p("TRNCCL_TOPO_PRESET", nullptr);
+  for (const char* tree : {"trn2", "does-not-exist"}) {
+    ScopedEnv sysfs("TRNCCL_NEURON_SYSFS", (kSysfs + "/" + tree).c_str());
+    auto d = discoverDevices();
+    ASSERT_TRUE(d.isOk()) << d.status().message();
+    std::vector<std::pair<std::string, int>> nics;
+    for (const Nic& n : d.value().graph.nics) nics.emplace_back(n.name, n.numa);
+    EXPECT_EQ(nics,
+              (std::vector<std::pair<std::string, int>>{
+                  {"rdmap144s27", 1}, {"rdmap160s27", 1}, {"rdmap16s27", 0}, {"rdmap32s27", 0}}))
+        << tree;
+    // They round-trip through the file format like everything else.
+    EXPECT_EQ(parseText(toText(d.value().graph), "test").value(), d.value().graph);
+  }
+}
+
 // Two emulated nodes of a trn2 UltraServer, 4 ranks each on chips 0-3 (a ring of the torus).
 Topology ultraSlice() {
   JobLayout layout = groupByHost({1, 1, 1, 1, 2, 2, 2, 2});

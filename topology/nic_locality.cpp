@@ -86,4 +86,23 @@ Result<std::vector<size_t>> HostTopology::nearNics(const std::vector<NicCandidat
   return near;
 }
 
+std::vector<Nic> HostTopology::listNics() const {
+  hwloc_topology_t topology = impl_->topology;
+  std::vector<Nic> fabrics, networks;
+  for (hwloc_obj_t os = hwloc_get_next_osdev(topology, nullptr); os;
+       os = hwloc_get_next_osdev(topology, os)) {
+    if (!os->name || !os->attr) continue;
+    const auto type = os->attr->osdev.type;
+    if (type != HWLOC_OBJ_OSDEV_OPENFABRICS && type != HWLOC_OBJ_OSDEV_NETWORK) continue;
+    Nic nic;
+    nic.name = os->name;
+    hwloc_obj_t home = hwloc_get_non_io_ancestor_obj(topology, os);
+    if (home && home->nodeset && !hwloc_bitmap_iszero(home->nodeset) &&
+        hwloc_bitmap_weight(home->nodeset) == 1)
+      nic.numa = hwloc_bitmap_first(home->nodeset);
+    (type == HWLOC_OBJ_OSDEV_OPENFABRICS ? fabrics : networks).push_back(nic);
+  }
+  return fabrics.empty() ? networks : fabrics;
+}
+
 }  // namespace trnccl::topology

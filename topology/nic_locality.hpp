@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.hpp"
+#include "topology/device_graph.hpp"
 
 namespace trnccl::topology {
 
@@ -37,6 +38,11 @@ class HostTopology {
   // so that a rank bound far from all NICs still has rails.
   Result<std::vector<size_t>> nearNics(const std::vector<NicCandidate>& nics,
                                        const std::string& cpuList) const;
+
+  // The NICs hwloc lists for the topology model: its OpenFabrics devices (EFA), or when there
+  // are none its network interfaces, each with the NUMA node its PCI device hangs off (-1 when
+  // hwloc cannot place it, as for virtual interfaces). Speed is not known here (0).
+  std::vector<Nic> listNics() const;
 
  private:
   struct Impl;

@@ -6,7 +6,9 @@
 #include <sstream>
 
 #include "core/env.hpp"
+#include "core/log.hpp"
 #include "topology/neuron_sysfs.hpp"
+#include "topology/nic_locality.hpp"
 #include "topology/presets.hpp"
 
 namespace trnccl::topology {
@@ -52,7 +54,7 @@ Result<TransportSet> parseTransportList(const std::string& text) {
   return set;
 }
 
-Result<Discovery> discoverDevices() {
+Result<Discovery> discoverDevices(bool withHostNics) {
   Discovery found;
   if (std::string path = env::getString(env::kTopoFile); !path.empty()) {
     std::ifstream in(path);
@@ -85,10 +87,19 @@ Result<Discovery> discoverDevices() {
     found.kind = Discovery::Kind::kSysfs;
     found.source = "the Neuron driver's sysfs (" + root + ")";
     found.graph = std::move(graph.value());
-    return found;
+  } else {
+    found.source =
+        "none (no TRNCCL_TOPO_FILE or TRNCCL_TOPO_PRESET, no Neuron devices in " + root + ")";
   }
-  found.source =
-      "none (no TRNCCL_TOPO_FILE or TRNCCL_TOPO_PRESET, no Neuron devices in " + root + ")";
+  // This host's NICs and their NUMA nodes, from hwloc (TRNCCL_TOPO_XML stands in for it).
+  // A host hwloc cannot read still has a topology: the NICs are left out, with a note.
+  if (!withHostNics) return found;
+  auto host = HostTopology::load(env::getString(env::kTopoXml));
+  if (host.isOk())
+    found.graph.nics = host.value()->listNics();
+  else
+    TRNCCL_INFO(log::kTopo, "no NICs in the topology: %s", host.status().message().c_str());
+  found.graph.normalize();
   return found;
 }
 

@@ -36,8 +36,11 @@ struct Discovery {
 const char* discoveryKindName(Discovery::Kind kind);
 
 // The discovery order: TRNCCL_TOPO_FILE, TRNCCL_TOPO_PRESET, the driver's sysfs
-// (TRNCCL_NEURON_SYSFS), else none (a host without Neuron devices).
-Result<Discovery> discoverDevices();
+// (TRNCCL_NEURON_SYSFS), else none (a host without Neuron devices). Files and presets list
+// their NICs; for the other two, withHostNics asks hwloc for this host's (about 25 ms a
+// process on the development machine, so communicators do it only to dump the topology; the
+// efa transport finds its NICs with the same hwloc code when it opens).
+Result<Discovery> discoverDevices(bool withHostNics = true);
 
 // The chip local rank `localRank` of `localSize` drives on a node described by node
 // `descNode` of the discovery's graph: TRNCCL_NEURON_DEVICES, else local-rank order; -1 when
