@@ -100,9 +100,18 @@ class Communicator {
 
  private:
   Communicator() = default;
+  // init's steps, in order (comm_init.cpp).
+  struct Settings;
   Status init(int nranks, const trncclUniqueId& id, int rank, const CommOptions& options);
-  Status chooseTransports(const topology::TransportSet& allowed);
-  Status dumpTopology() const;
+  Status readSettings(const CommOptions& options, Settings* settings);
+  Status joinJob(const trncclUniqueId& id, const Settings& settings);
+  Status attachSegment(const trncclUniqueId& id, const Settings& settings,
+                       const Deadline& deadline);
+  Status chooseTransports(const topology::TransportSet& allowed);  // comm_topology.cpp
+  void buildPlanner(const Settings& settings);
+  void adaptToCores();
+  void logInit() const;
+  Status dumpTopology() const;  // comm_topology.cpp
   Status push(const std::shared_ptr<Operation>& op);
   Status pushLocked(const std::shared_ptr<Operation>& op);
   void progressLocked();

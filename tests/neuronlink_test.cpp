@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,77 +54,89 @@ std::vector<trncclPeerTraffic_t> trafficOf(Failures& f, trncclComm_t comm, int n
   return entries;
 }
 
+// Runs body on n ranks, each with a communicator made after setup(rank) set its environment.
+std::vector<RankOutcome> withComm(
+    int n, const std::function<void(int rank)>& setup,
+    const std::function<void(Failures&, trncclComm_t, int, int)>& body) {
+  return runRanks(n, [&](int rank, int nranks, const trncclUniqueId& id) {
+    setup(rank);
+    trncclComm_t comm = nullptr;
+    std::string error = initComm(&comm, nranks, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    body(f, comm, rank, nranks);
+    if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
+    return f.text();
+  });
+}
+
 // 16 ranks on an emulated trn2 node (oversubscribed): the ring all-reduce (along the node's
 // cycle of links) and an all-to-all that sends to every peer; NeuronLink must carry exactly
 // the linked pairs, shm the rest.
 TEST(NeuronLink, SixteenRanksOnATrn2NodeUseOnlyLinkedChips) {
   const int n = 16;
-  auto outcomes = runRanks(n, [&](int rank, int nranks, const trncclUniqueId& id) {
-    usePreset("trn2.48xlarge");
-    setenv("TRNCCL_ALGO", "ring", 1);
-    trncclComm_t comm = nullptr;
-    std::string error = initComm(&comm, nranks, id, rank);
-    if (!error.empty()) return error;
-    Failures f;
-    allReduceAndCheck(f, comm, rank, nranks, (1u << 18) + 5);  // past recursive doubling
-    std::vector<int> a2aIn(nranks * 3), a2aOut(nranks * 3);
-    for (int i = 0; i < nranks * 3; ++i) a2aIn[i] = rank * 1000 + i;
-    if (trncclAllToAll(a2aIn.data(), a2aOut.data(), 3, trncclInt32, comm) != trncclSuccess)
-      f.add("all-to-all failed: %s", trncclGetLastError(comm));
-    for (int q = 0; q < nranks; ++q)
-      for (int j = 0; j < 3; ++j)
-        if (a2aOut[q * 3 + j] != q * 1000 + rank * 3 + j)
-          f.add("all-to-all from %d element %d: %d", q, j, a2aOut[q * 3 + j]);
-    auto traffic = trafficOf(f, comm, nranks);
-    for (const auto& t : traffic) {
-      const bool linked = torusAdjacent(rank, t.peer);  // local rank i drives chip i
-      if (t.peer == rank) continue;
-      if (t.localChip != rank || t.peerChip != t.peer)
-        f.add("rank %d: peer %d reported chips %d-%d", rank, t.peer, t.localChip, t.peerChip);
-      const trncclTransport_t want = linked ? trncclTransportNeuronLink : trncclTransportShm;
-      if (t.transport != want)
-        f.add("rank %d -> %d: transport %d, want %d", rank, t.peer, t.transport, want);
-      if (t.sentMessages == 0 || t.recvMessages == 0)  // the all-to-all reaches everyone
-        f.add("rank %d -> %d: no messages counted", rank, t.peer);
-    }
-    // The ring goes along the node's link cycle: all of the all-reduce's 2(n-1)/n of the
-    // buffer leaves over NeuronLink, and unlinked peers get only their all-to-all block.
-    unsigned long long overLinks = 0;
-    for (const auto& t : traffic) {
-      if (t.transport == trncclTransportNeuronLink) overLinks += t.sentBytes;
-      if (t.transport == trncclTransportShm && t.sentBytes != 3 * sizeof(int))
-        f.add("rank %d -> %d: %llu bytes over shm", rank, t.peer, t.sentBytes);
-    }
-    if (overLinks < 0.9 * (1u << 20) * 2 * (nranks - 1) / nranks)
-      f.add("rank %d: only %llu bytes over NeuronLink", rank, overLinks);
-    if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
-    return f.text();
-  });
+  auto outcomes = withComm(
+      n,
+      [&](int /*rank*/) {
+        usePreset("trn2.48xlarge");
+        setenv("TRNCCL_ALGO", "ring", 1);
+      },
+      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+        allReduceAndCheck(f, comm, rank, nranks, (1u << 18) + 5);  // past recursive doubling
+        std::vector<int> a2aIn(nranks * 3), a2aOut(nranks * 3);
+        for (int i = 0; i < nranks * 3; ++i) a2aIn[i] = rank * 1000 + i;
+        if (trncclAllToAll(a2aIn.data(), a2aOut.data(), 3, trncclInt32, comm) != trncclSuccess)
+          f.add("all-to-all failed: %s", trncclGetLastError(comm));
+        for (int q = 0; q < nranks; ++q)
+          for (int j = 0; j < 3; ++j)
+            if (a2aOut[q * 3 + j] != q * 1000 + rank * 3 + j)
+              f.add("all-to-all from %d element %d: %d", q, j, a2aOut[q * 3 + j]);
+        auto traffic = trafficOf(f, comm, nranks);
+        for (const auto& t : traffic) {
+          const bool linked = torusAdjacent(rank, t.peer);  // local rank i drives chip i
+          if (t.peer == rank) continue;
+          if (t.localChip != rank || t.peerChip != t.peer)
+            f.add("rank %d: peer %d reported chips %d-%d", rank, t.peer, t.localChip, t.peerChip);
+          const trncclTransport_t want = linked ? trncclTransportNeuronLink : trncclTransportShm;
+          if (t.transport != want)
+            f.add("rank %d -> %d: transport %d, want %d", rank, t.peer, t.transport, want);
+          if (t.sentMessages == 0 || t.recvMessages == 0)  // the all-to-all reaches everyone
+            f.add("rank %d -> %d: no messages counted", rank, t.peer);
+        }
+        // The ring goes along the node's link cycle: all of the all-reduce's 2(n-1)/n of the
+        // buffer leaves over NeuronLink, and unlinked peers get only their all-to-all block.
+        unsigned long long overLinks = 0;
+        for (const auto& t : traffic) {
+          if (t.transport == trncclTransportNeuronLink) overLinks += t.sentBytes;
+          if (t.transport == trncclTransportShm && t.sentBytes != 3 * sizeof(int))
+            f.add("rank %d -> %d: %llu bytes over shm", rank, t.peer, t.sentBytes);
+        }
+        if (overLinks < 0.9 * (1u << 20) * 2 * (nranks - 1) / nranks)
+          f.add("rank %d: only %llu bytes over NeuronLink", rank, overLinks);
+      });
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
 // TRNCCL_NEURON_DEVICES puts 4 ranks on a column of the torus (chips 0, 4, 8, 12): a ring of
 // links, so every peer but the opposite one is linked.
 TEST(NeuronLink, NeuronDevicesChoosesTheChips) {
-  auto outcomes = runRanks(4, [&](int rank, int nranks, const trncclUniqueId& id) {
-    usePreset("trn2.48xlarge");
-    setenv("TRNCCL_NEURON_DEVICES", "0,4,8,12", 1);
-    trncclComm_t comm = nullptr;
-    std::string error = initComm(&comm, nranks, id, rank);
-    if (!error.empty()) return error;
-    Failures f;
-    allReduceAndCheck(f, comm, rank, nranks, 1000);
-    for (const auto& t : trafficOf(f, comm, nranks)) {
-      if (t.peer == rank) continue;
-      if (t.localChip != rank * 4 || t.peerChip != t.peer * 4)
-        f.add("rank %d: chips %d-%d for peer %d", rank, t.localChip, t.peerChip, t.peer);
-      bool opposite = (t.peer + 2) % 4 == rank;
-      if ((t.transport == trncclTransportNeuronLink) == opposite)
-        f.add("rank %d -> %d: transport %d", rank, t.peer, t.transport);
-    }
-    if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
-    return f.text();
-  });
+  auto outcomes = withComm(
+      4,
+      [&](int /*rank*/) {
+        usePreset("trn2.48xlarge");
+        setenv("TRNCCL_NEURON_DEVICES", "0,4,8,12", 1);
+      },
+      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+        allReduceAndCheck(f, comm, rank, nranks, 1000);
+        for (const auto& t : trafficOf(f, comm, nranks)) {
+          if (t.peer == rank) continue;
+          if (t.localChip != rank * 4 || t.peerChip != t.peer * 4)
+            f.add("rank %d: chips %d-%d for peer %d", rank, t.localChip, t.peerChip, t.peer);
+          bool opposite = (t.peer + 2) % 4 == rank;
+          if ((t.transport == trncclTransportNeuronLink) == opposite)
+            f.add("rank %d -> %d: transport %d", rank, t.peer, t.transport);
+        }
+      });
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
@@ -170,24 +183,22 @@ TEST(NeuronLink, RanksWithDifferentTopologiesFailInit) {
 // Torus all-reduce on a full trn2 node: rows then columns, every ring a ring of links, so no
 // message at all goes over shm; 1 MiB whole, 4 MiB in pipelined slices.
 TEST(NeuronLink, TorusAllReduceSendsOnlyOverLinks) {
-  auto outcomes = runRanks(16, [&](int rank, int nranks, const trncclUniqueId& id) {
-    usePreset("trn2.48xlarge");
-    setenv("TRNCCL_ALGO", "allreduce:torus", 1);
-    trncclComm_t comm = nullptr;
-    std::string error = initComm(&comm, nranks, id, rank);
-    if (!error.empty()) return error;
-    Failures f;
-    allReduceAndCheck(f, comm, rank, nranks, (1u << 18) + 5);
-    allReduceAndCheck(f, comm, rank, nranks, (1u << 20) + 3);
-    for (const auto& t : trafficOf(f, comm, nranks)) {
-      if (t.peer == rank || t.sentMessages + t.recvMessages == 0) continue;
-      if (t.transport != trncclTransportNeuronLink || !torusAdjacent(rank, t.peer))
-        f.add("rank %d -> %d: %llu messages over transport %d", rank, t.peer,
-              t.sentMessages + t.recvMessages, t.transport);
-    }
-    if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
-    return f.text();
-  });
+  auto outcomes = withComm(
+      16,
+      [&](int /*rank*/) {
+        usePreset("trn2.48xlarge");
+        setenv("TRNCCL_ALGO", "allreduce:torus", 1);
+      },
+      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+        allReduceAndCheck(f, comm, rank, nranks, (1u << 18) + 5);
+        allReduceAndCheck(f, comm, rank, nranks, (1u << 20) + 3);
+        for (const auto& t : trafficOf(f, comm, nranks)) {
+          if (t.peer == rank || t.sentMessages + t.recvMessages == 0) continue;
+          if (t.transport != trncclTransportNeuronLink || !torusAdjacent(rank, t.peer))
+            f.add("rank %d -> %d: %llu messages over transport %d", rank, t.peer,
+                  t.sentMessages + t.recvMessages, t.transport);
+        }
+      });
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
@@ -199,50 +210,48 @@ TEST(NeuronLink, TorusAllReduceSendsOnlyOverLinks) {
 // most one element, and the sum over a node's ranks must be the whole buffer).
 TEST(NeuronLink, HierarchicalAllReduceCrossesEfaOncePerPosition) {
   const size_t count = (1u << 18) + 5;
-  auto outcomes = runRanks(16, [&](int rank, int nranks, const trncclUniqueId& id) {
-    usePreset("trn2.48xlarge");
-    setenv("TRNCCL_HOSTID", rank < 8 ? "hier-a" : "hier-b", 1);
-    setenv("TRNCCL_ALGO", "allreduce:hierarchical", 1);
-    setenv("FI_NET_IFACE", "lo", 1);
-    setenv("FI_TCP_IFACE", "lo", 1);
-    trncclComm_t comm = nullptr;
-    std::string error = initComm(&comm, nranks, id, rank);
-    if (!error.empty()) return error;
-    Failures f;
-    allReduceAndCheck(f, comm, rank, nranks, count);
-    int efaPeers = 0;
-    unsigned long long efaBytes = 0;
-    for (const auto& t : trafficOf(f, comm, nranks)) {
-      const bool otherNode = (t.peer < 8) != (rank < 8);
-      if (t.sentMessages + t.recvMessages == 0) continue;
-      if (otherNode != (t.transport == trncclTransportEfa))
-        f.add("rank %d -> %d: transport %d", rank, t.peer, t.transport);
-      if (t.transport == trncclTransportEfa) {
-        ++efaPeers;
-        efaBytes += t.sentBytes;
-        if (t.sentBytes != t.recvBytes)
-          f.add("rank %d -> %d: sent %llu, received %llu over efa", rank, t.peer, t.sentBytes,
-                t.recvBytes);
-      }
-      if (t.transport == trncclTransportNeuronLink && !torusAdjacent(rank % 8, t.peer % 8))
-        f.add("rank %d -> %d: NeuronLink between unlinked chips", rank, t.peer);
-    }
-    if (efaPeers != 1) f.add("rank %d talked to %d ranks over efa, want 1", rank, efaPeers);
-    const size_t share = count / 8;  // every share is count/8 or one element more
-    if (efaBytes < share * 4 || efaBytes > (share + 1) * 4)
-      f.add("rank %d sent %llu bytes over efa; the model says its share, %zu-%zu", rank, efaBytes,
-            share * 4, (share + 1) * 4);
-    // Every rank of a node together sends the whole buffer once over efa: check via a
-    // reduction of the per-rank counts.
-    unsigned long long total = 0;
-    if (trncclAllReduce(&efaBytes, &total, 1, trncclUint64, trncclSum, comm) != trncclSuccess)
-      f.add("counting all-reduce failed");
-    if (total != 2ull * count * 4)
-      f.add("the ranks sent %llu bytes over efa in all, want %zu (the buffer once per node)", total,
-            2 * count * 4);
-    if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
-    return f.text();
-  });
+  auto outcomes = withComm(
+      16,
+      [&](int rank) {
+        usePreset("trn2.48xlarge");
+        setenv("TRNCCL_HOSTID", rank < 8 ? "hier-a" : "hier-b", 1);
+        setenv("TRNCCL_ALGO", "allreduce:hierarchical", 1);
+        setenv("FI_NET_IFACE", "lo", 1);
+        setenv("FI_TCP_IFACE", "lo", 1);
+      },
+      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+        allReduceAndCheck(f, comm, rank, nranks, count);
+        int efaPeers = 0;
+        unsigned long long efaBytes = 0;
+        for (const auto& t : trafficOf(f, comm, nranks)) {
+          const bool otherNode = (t.peer < 8) != (rank < 8);
+          if (t.sentMessages + t.recvMessages == 0) continue;
+          if (otherNode != (t.transport == trncclTransportEfa))
+            f.add("rank %d -> %d: transport %d", rank, t.peer, t.transport);
+          if (t.transport == trncclTransportEfa) {
+            ++efaPeers;
+            efaBytes += t.sentBytes;
+            if (t.sentBytes != t.recvBytes)
+              f.add("rank %d -> %d: sent %llu, received %llu over efa", rank, t.peer, t.sentBytes,
+                    t.recvBytes);
+          }
+          if (t.transport == trncclTransportNeuronLink && !torusAdjacent(rank % 8, t.peer % 8))
+            f.add("rank %d -> %d: NeuronLink between unlinked chips", rank, t.peer);
+        }
+        if (efaPeers != 1) f.add("rank %d talked to %d ranks over efa, want 1", rank, efaPeers);
+        const size_t share = count / 8;  // every share is count/8 or one element more
+        if (efaBytes < share * 4 || efaBytes > (share + 1) * 4)
+          f.add("rank %d sent %llu bytes over efa; the model says its share, %zu-%zu", rank,
+                efaBytes, share * 4, (share + 1) * 4);
+        // Every rank of a node together sends the whole buffer once over efa: check via a
+        // reduction of the per-rank counts.
+        unsigned long long total = 0;
+        if (trncclAllReduce(&efaBytes, &total, 1, trncclUint64, trncclSum, comm) != trncclSuccess)
+          f.add("counting all-reduce failed");
+        if (total != 2ull * count * 4)
+          f.add("the ranks sent %llu bytes over efa in all, want %zu (the buffer once per node)",
+                total, 2 * count * 4);
+      });
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 

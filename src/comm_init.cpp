@@ -1,0 +1,332 @@
+// Communicator::init, in the order it happens: read the settings, join the job (rendezvous,
+// the topology every rank discovers, libfabric's endpoints and the second bootstrap round),
+// map the node's shared-memory segment, choose each peer's transport, build the planner, and
+// adapt waiting to this machine's cores.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "collectives/shapes.hpp"
+#include "comm.hpp"
+#include "core/env.hpp"
+#include "core/log.hpp"
+#include "core/reduce.hpp"
+
+namespace trnccl {
+
+// Everything init reads from the environment and the options, checked once, up front.
+struct Communicator::Settings {
+  size_t windowBytes = 0, ringSlots = 0, ringSlotBytes = 0, oneShotMaxBytes = 0, llMaxBytes = 0;
+  size_t streamCopyBytes = 0;
+  int pipelineChunks = 0;
+  std::string algoText, transportText;
+  AlgoOverrides algo;
+  topology::TransportSet allowed;
+};
+
+namespace {
+
+Result<size_t> bytesSetting(const env::Var& var, int64_t minimum, int64_t maximum) {
+  auto value = env::getInt(var);
+  TRNCCL_RETURN_IF_ERROR(value.status());
+  if (value.value() < minimum || value.value() > maximum)
+    return makeError(Code::kInvalidArgument, "%s=%lld is outside [%lld, %lld]", var.name,
+                     static_cast<long long>(value.value()), static_cast<long long>(minimum),
+                     static_cast<long long>(maximum));
+  return static_cast<size_t>(value.value());
+}
+
+void appendWord(std::string& blob, uint64_t word) {
+  blob.append(reinterpret_cast<const char*>(&word), sizeof(word));
+}
+uint64_t wordAt(const std::string& blob, size_t index) {
+  uint64_t word = 0;
+  std::memcpy(&word, blob.data() + index * sizeof(word), sizeof(word));
+  return word;
+}
+
+}  // namespace
+
+Status Communicator::readSettings(const CommOptions& options, Settings* s) {
+  auto spin = env::getInt(env::kSpinCount);
+  TRNCCL_RETURN_IF_ERROR(spin.status());
+  spinCount_ = static_cast<int>(std::max<int64_t>(0, spin.value()));
+  struct Bounded {
+    const env::Var& var;
+    int64_t minimum, maximum;
+    size_t* into;
+  };
+  size_t chunks = 0;
+  for (const Bounded& b : {Bounded{env::kShmChunkBytes, 4096, 1LL << 30, &s->windowBytes},
+                           Bounded{env::kShmRingSlots, 2, 1024, &s->ringSlots},
+                           Bounded{env::kShmRingSlotBytes, 4096, 64LL << 20, &s->ringSlotBytes},
+                           Bounded{env::kOneShotMaxBytes, 0, 1LL << 30, &s->oneShotMaxBytes},
+                           Bounded{env::kLLMaxBytes, 0, shm::kLLMaxBytes, &s->llMaxBytes},
+                           Bounded{env::kStreamCopyBytes, 0, INT64_MAX, &s->streamCopyBytes},
+                           Bounded{env::kPipelineChunks, 0, 64, &chunks}}) {
+    auto value = bytesSetting(b.var, b.minimum, b.maximum);
+    TRNCCL_RETURN_IF_ERROR(value.status());
+    *b.into = value.value();
+  }
+  s->pipelineChunks = static_cast<int>(chunks);
+  s->algoText = options.algorithm.empty() ? env::getString(env::kAlgo) : options.algorithm;
+  // (Every rank must plan alike: the second bootstrap round compares the settings.)
+  auto parsedAlgo = parseAlgoOverrides(s->algoText);
+  TRNCCL_RETURN_IF_ERROR(parsedAlgo.status());
+  s->algo = parsedAlgo.value();
+  s->transportText = env::getString(env::kTransport);
+  auto usable = topology::parseTransportList(s->transportText);
+  TRNCCL_RETURN_IF_ERROR(usable.status());
+  s->allowed = usable.value();
+  return Status::ok();
+}
+
+Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
+                          const CommOptions& options) {
+  rank_ = rank;
+  nranks_ = nranks;
+  options_ = options;
+  Settings settings;
+  TRNCCL_RETURN_IF_ERROR(readSettings(options, &settings));
+  const Deadline deadline = Deadline::after(options.timeoutSeconds);
+  TRNCCL_RETURN_IF_ERROR(joinJob(id, settings));
+  TRNCCL_RETURN_IF_ERROR(attachSegment(id, settings, deadline));
+  shm_ = std::make_unique<shm::ShmTransport>(segment_, rank, localOfRank_);
+  self_ = std::make_unique<SelfTransport>(rank);
+  ctx_.rank = rank;
+  ctx_.localRank = topology_.localRank(rank);
+  ctx_.globalOfLocal = topology_.ranksOfNode(topology_.nodeOf(rank));
+  ctx_.segment = &segment_;
+  ctx_.windows = &windows_;
+  ctx_.streamCopyBytes = settings.streamCopyBytes;
+  TRNCCL_RETURN_IF_ERROR(chooseTransports(settings.allowed));
+  buildPlanner(settings);
+  adaptToCores();
+  logInit();
+  if (topology_.localRank(rank) == 0) TRNCCL_RETURN_IF_ERROR(dumpTopology());
+  return Status::ok();
+}
+
+// The first bootstrap round gives the table of ranks (so the node layout); each rank then
+// discovers the device graph and its chip, opens libfabric if some peer may need it, and the
+// second round carries the settings every rank must share, the graph's hash, the chip and the
+// network addresses. The topology is built from what every rank said.
+Status Communicator::joinJob(const trncclUniqueId& id, const Settings& s) {
+  const topology::HostIdentity host = topology::localHostIdentity();
+  bootstrap::PeerInfo me;
+  me.hostHash = host.hash;
+  me.machineHash = host.machineHash;
+  me.rank = rank_;
+  me.pid = getpid();
+  std::snprintf(me.hostName, sizeof(me.hostName), "%s", host.name.c_str());
+  std::snprintf(me.hostId, sizeof(me.hostId), "%s", host.id.c_str());
+  auto joined = bootstrap::rendezvous(id, nranks_, rank_, me, options_.timeoutSeconds);
+  TRNCCL_RETURN_IF_ERROR(joined.status());
+  peers_ = std::move(joined.value().table);
+  bootstrap::Session session = std::move(joined.value().session);
+
+  std::vector<uint64_t> hashes;
+  for (const auto& p : peers_) hashes.push_back(p.hostHash);
+  topology::JobLayout layout = topology::groupByHost(hashes);
+  auto discovered = topology::discoverDevices(!env::getString(env::kTopoDumpFile).empty());
+  TRNCCL_RETURN_IF_ERROR(discovered.status());
+  const int myNode = layout.nodeOfRank[rank_];
+  auto myChip = topology::chipOfLocalRank(
+      discovered.value(), myNode % std::max(1, discovered.value().graph.nodes),
+      layout.localRank(rank_), layout.localSize(rank_), host.name);
+  TRNCCL_RETURN_IF_ERROR(myChip.status());
+  // NICs are left out of the comparison: hosts of one job may name their interfaces apart.
+  topology::DeviceGraph compared = discovered.value().graph;
+  compared.nics.clear();
+  const uint64_t graphHash = std::hash<std::string>{}(topology::toText(compared));
+
+  // Libfabric is needed for ranks on other nodes, and (when TRNCCL_TRANSPORT leaves out shm)
+  // for ranks of this node that NeuronLink may not reach; which exactly is known once the
+  // chips are, after the exchange, so this errs towards opening it.
+  std::vector<char> viaEfa(nranks_, 0);
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    const bool sameNode = layout.nodeOfRank[r] == myNode;
+    if (sameNode && s.allowed.shm) continue;
+    if (!s.allowed.efa) {
+      if (sameNode && s.allowed.neuronlink) continue;  // checked against the links below
+      return makeError(Code::kInvalidUsage,
+                       "TRNCCL_TRANSPORT='%s' leaves no transport to rank %d (%s node '%s'); "
+                       "allow shm for ranks of one node and efa between nodes",
+                       s.transportText.c_str(), r, sameNode ? "same" : "other", peers_[r].hostId);
+    }
+    viaEfa[r] = 1;
+  }
+  if (std::count(viaEfa.begin(), viaEfa.end(), 1) > 0) {
+    auto efaOptions = efa::EfaOptions::fromEnvironment();
+    TRNCCL_RETURN_IF_ERROR(efaOptions.status());
+    auto opened = efa::EfaTransport::open(rank_, nranks_, efaOptions.value());
+    TRNCCL_RETURN_IF_ERROR(opened.status());
+    efa_ = std::move(opened.value());
+  }
+
+  // Second round. Ranks of other nodes cannot compare settings through the node segment.
+  const uint64_t algoHash = std::hash<std::string>{}(s.algoText);
+  const uint64_t transportHash = std::hash<std::string>{}(s.transportText);
+  std::string blob;
+  for (uint64_t word : {algoHash, transportHash, graphHash, static_cast<uint64_t>(myChip.value())})
+    appendWord(blob, word);
+  constexpr size_t kSettingsBytes = 4 * sizeof(uint64_t);
+  if (efa_) blob += efa_->addressBlob();
+  // The full timeout: the root reports missing ranks at 0.9 of it, before anyone gives up.
+  auto blobs = session.exchange(blob, options_.timeoutSeconds);
+  TRNCCL_RETURN_IF_ERROR(blobs.status());
+  if (blobs.value().size() != static_cast<size_t>(nranks_))
+    return makeError(Code::kRemoteError, "the bootstrap exchange returned %zu entries for %d ranks",
+                     blobs.value().size(), nranks_);
+  std::vector<std::string> efaAddresses(nranks_);
+  std::vector<int> chipOfRank(nranks_, -1);
+  for (int r = 0; r < nranks_; ++r) {
+    const std::string& theirs = blobs.value()[r];
+    if (theirs.size() < kSettingsBytes)
+      return makeError(Code::kRemoteError, "rank %d sent a malformed bootstrap exchange entry", r);
+    if (wordAt(theirs, 0) != algoHash)
+      return makeError(Code::kInvalidUsage,
+                       "rank %d and rank %d were started with different TRNCCL_ALGO settings "
+                       "(this rank: '%s'); every rank must plan alike",
+                       rank_, r, s.algoText.c_str());
+    if (wordAt(theirs, 1) != transportHash)
+      return makeError(Code::kInvalidUsage,
+                       "rank %d and rank %d were started with different TRNCCL_TRANSPORT "
+                       "settings (this rank: '%s'); every rank must choose transports alike",
+                       rank_, r, s.transportText.c_str());
+    if (wordAt(theirs, 2) != graphHash)
+      return makeError(Code::kInvalidUsage,
+                       "rank %d and rank %d discovered different Neuron topologies (this rank: "
+                       "%s, %s); every rank must see the same one (set the same "
+                       "TRNCCL_TOPO_FILE or TRNCCL_TOPO_PRESET everywhere)",
+                       rank_, r, discovered.value().source.c_str(),
+                       discovered.value().graph.shape().c_str());
+    chipOfRank[r] = static_cast<int>(static_cast<int64_t>(wordAt(theirs, 3)));
+    if (viaEfa[r]) {
+      efaAddresses[r] = theirs.substr(kSettingsBytes);
+      if (efaAddresses[r].empty())
+        return makeError(Code::kInvalidUsage,
+                         "rank %d reaches rank %d over efa, but rank %d opened no efa endpoint "
+                         "(do the two agree on their host ids, TRNCCL_HOSTID?)",
+                         rank_, r, r);
+    }
+  }
+  if (efa_) TRNCCL_RETURN_IF_ERROR(efa_->connect(efaAddresses));
+
+  auto built = topology::Topology::build(std::move(layout), std::move(discovered.value()),
+                                         std::move(chipOfRank));
+  TRNCCL_RETURN_IF_ERROR(built.status());
+  topology_ = std::move(built.value());
+  localOfRank_ = topology_.localIndexFrom(rank_);
+  return Status::ok();
+}
+
+// Local rank 0 creates the node's segment; init returns only once every local rank mapped it,
+// and a local rank that dies first makes the others fail, naming it (the segment's name is
+// unlinked either way).
+Status Communicator::attachSegment(const trncclUniqueId& id, const Settings& s,
+                                   const Deadline& deadline) {
+  const auto& localRanks = topology_.ranksOfNode(topology_.nodeOf(rank_));
+  shm::SegmentParams params;
+  params.localSize = static_cast<uint32_t>(localRanks.size());
+  params.windowBytes = (s.windowBytes + 4095) / 4096 * 4096;
+  params.ringSlots = static_cast<uint32_t>(s.ringSlots);
+  params.ringSlotBytes = (s.ringSlotBytes + 63) / 64 * 64;
+  params.oneShotMaxBytes = s.oneShotMaxBytes;
+  params.llMaxBytes = s.llMaxBytes;
+  params.algorithmHash = std::hash<std::string>{}(s.algoText);
+  bootstrap::UniqueIdData idData = bootstrap::parseUniqueId(id).value();
+  std::string segmentName =
+      strformat("trnccl-%016llx-%016llx", static_cast<unsigned long long>(idData.nonce),
+                static_cast<unsigned long long>(peers_[rank_].hostHash));
+  // Watch every rank on this machine, emulated nodes (TRNCCL_HOSTID) included: a peer that
+  // dies is then reported at once instead of at the timeout.
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_ && peers_[r].machineHash == peers_[rank_].machineHash)
+      watch_.watch(r, peers_[r].pid);
+  auto localPeersAlive = [&]() -> Status {
+    for (int r : localRanks)
+      if (r != rank_ && watch_.isDead(r))
+        return makeError(Code::kRemoteError,
+                         "%s exited during initialisation, before mapping "
+                         "the shared-memory segment",
+                         describePeer(r).c_str());
+    return Status::ok();
+  };
+  return segment_.attach(env::getString(env::kShmDir), segmentName, topology_.localRank(rank_),
+                         params, deadline, localPeersAlive);
+}
+
+void Communicator::buildPlanner(const Settings& s) {
+  CommView view;
+  view.rank = rank_;
+  view.nranks = nranks_;
+  // Direct algorithms read peers' windows: every peer on this node's segment, none on efa.
+  view.allLocal = std::none_of(classOfPeer_.begin(), classOfPeer_.end(),
+                               [](auto c) { return c == topology::LinkClass::kEfa; });
+  view.deviceLinks = neuronlink_ != nullptr;
+  view.pipelineChunks = s.pipelineChunks;
+  view.ring = RingGroup::of(topology_.ringOrder(), rank_);
+  view.topology = &topology_;
+  shapes_ = buildShapes(topology_, rank_);
+  view.shapes = &shapes_;
+  view.segment = &segment_;
+  view.windowBytes = segment_.params().windowBytes;  // the creator's values bind everyone
+  view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;
+  view.llMaxBytes = segment_.params().llMaxBytes;
+  planner_ = std::make_unique<Planner>(view, s.algo);
+}
+
+// Oversubscription is about this machine's cores, whatever node identities say (emulated
+// nodes share the cores too, and so do libfabric's progress threads).
+void Communicator::adaptToCores() {
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  unsigned onThisMachine = 0;
+  for (const auto& p : peers_) onThisMachine += p.machineHash == peers_[rank_].machineHash;
+  // Oversubscribed, the peer a rank waits for is often not running: spin briefly (a few
+  // pauses per pass, not a long watch of the word) and give the core away soon. With efa,
+  // at once: a pass reads the completion queues up to 8 times (poll() calls with tcp), so 50
+  // passes kept the core for hundreds of microseconds (4 ranks on 2 cores, 8 B all-reduce
+  // over tcp;ofi_rxm: 678 us per call at 50, 116 us at 0).
+  if (onThisMachine > cores) {
+    spinCount_ = std::min(spinCount_, efa_ ? 0 : 50);
+    watchPauses_ = 1;
+    // And the pass reads the queues once: 4 ranks on 2 cores, 8 B all-reduce over tcp;ofi_rxm
+    // 133-166 -> 77-86 us against 8 reads.
+    if (efa_) efa_->setReadsPerPass(1);
+  }
+}
+
+void Communicator::logInit() const {
+  auto peersOver = [&](topology::LinkClass c) {
+    return static_cast<int>(std::count(classOfPeer_.begin(), classOfPeer_.end(), c));
+  };
+  const int localRank = topology_.localRank(rank_);
+  TRNCCL_INFO(log::kInit,
+              "%s rank %d/%d: %d node(s), local rank %d of %d, pid %d on %s; transports: "
+              "self for itself, neuronlink for %d peer(s), shm for %d, efa for %d; shm window "
+              "%zu B x %d slots, rings %u x %zu B; reduction kernels %s; spin %d; timeout %.1f s",
+              options_.name.c_str(), rank_, nranks_, topology_.nnodes(), localRank,
+              topology_.localSize(rank_), peers_[rank_].pid, peers_[rank_].hostName,
+              peersOver(topology::LinkClass::kNeuronLink), peersOver(topology::LinkClass::kShm),
+              peersOver(topology::LinkClass::kEfa),
+              static_cast<size_t>(segment_.params().windowBytes), shm::kWindowSlots,
+              segment_.params().ringSlots, static_cast<size_t>(segment_.params().ringSlotBytes),
+              reduceKernelIsa(), spinCount_, options_.timeoutSeconds);
+  if (localRank == 0)
+    TRNCCL_INFO(log::kTopo, "%s rank %d: topology from %s (%s): %s; this rank drives chip %d",
+                options_.name.c_str(), rank_, discoveryKindName(topology_.discovery().kind),
+                topology_.discovery().source.c_str(), topology_.devices().shape().c_str(),
+                topology_.chipOf(rank_));
+  if (efa_)
+    TRNCCL_INFO(log::kNet, "%s rank %d efa: %s", options_.name.c_str(), rank_,
+                efa_->describe().c_str());
+  TRNCCL_INFO(log::kInit, "%s rank %d plan: %s", options_.name.c_str(), rank_,
+              planner_->planTable().c_str());
+}
+
+}  // namespace trnccl
