@@ -55,10 +55,17 @@ TorusShape torusShape(const topology::Topology& t, int rank) {
                            node, t.ranksOfNode(node).size(), x, y);
       return s;
     }
-  // Rank of (node, chip): every chip of every node has exactly one rank (checked above and by
-  // Topology::build, which refuses two ranks on one chip).
+  // Rank of (node, chip): every chip of every node has exactly one rank (the count is checked
+  // above; Topology::build refuses two ranks on one chip; the file format numbers a torus's
+  // chips 0..X*Y-1).
   std::vector<std::vector<int>> rankAt(t.nnodes(), std::vector<int>(x * y, -1));
-  for (int r = 0; r < t.nranks(); ++r) rankAt[t.nodeOf(r)][t.chipOf(r)] = r;
+  for (int r = 0; r < t.nranks(); ++r) {
+    if (t.chipOf(r) < 0 || t.chipOf(r) >= x * y) {
+      s.whyNot = strformat("rank %d drives chip %d, outside the %dx%d torus", r, t.chipOf(r), x, y);
+      return s;
+    }
+    rankAt[t.nodeOf(r)][t.chipOf(r)] = r;
+  }
   const int node = t.nodeOf(rank), chip = t.chipOf(rank);
   const int cx = chip % x, cy = chip / x;
   std::vector<int> row, column, across;

@@ -178,6 +178,7 @@ TEST(TopologyFile, EachKindOfMistakeIsRefusedNamingLineAndField) {
        {"trnccl-topology 1\ndevice 0:0\nnodes 2\n", "line 3", "field 'nodes'"}},
       {"nic without name", {"trnccl-topology 1\nnic 0 numa=1\n", "line 2", "field 'name'"}},
       {"torus that does not fit", {"", "torus", "field 'torus'"}},
+      {"torus chips not numbered 0..X*Y-1", {"", "torus", "field 'torus'"}},
   };
   for (const auto& [what, bad] : cases) {
     std::string text = bad.text;
@@ -186,6 +187,8 @@ TEST(TopologyFile, EachKindOfMistakeIsRefusedNamingLineAndField) {
     if (what == "duplicate link")
       text = twoChips + "link 0:0 0:1 kind=nl bw=1\nlink 0:1 0:0 kind=nl bw=1\n";
     if (what == "torus that does not fit") text = header + "torus 4 4 1\n" + "device 0:0\n";
+    if (what == "torus chips not numbered 0..X*Y-1")
+      text = header + "torus 2 2 1\ndevice 0:0\ndevice 0:1\ndevice 0:2\ndevice 0:7\n";
     auto g = parseText(text, "TRNCCL_TOPO_FILE=t.topo");
     ASSERT_FALSE(g.isOk()) << what << " was accepted";
     const std::string m = g.status().message();

@@ -339,6 +339,14 @@ Result<DeviceGraph> parseText(const std::string& text, const std::string& origin
                        "%s, field 'torus': %dx%dx%d does not match %d chip(s) per node on %d "
                        "node(s) (X*Y must be the chips per node, Z the nodes)",
                        origin.c_str(), g.torus[0], g.torus[1], g.torus[2], perNode, g.nodes);
+    // Torus schedules place chip id = y * X + x, so the ids of every node must be 0..X*Y-1.
+    for (const Device& d : g.devices)
+      if (d.id >= perNode || g.devicesOnNode(d.node) != perNode)
+        return makeError(Code::kInvalidArgument,
+                         "%s, field 'torus': node %d does not number its chips 0-%d (it has chip "
+                         "%d and %d chip(s)); a torus numbers chips row by row, id = y * %d + x",
+                         origin.c_str(), d.node, perNode - 1, d.id, g.devicesOnNode(d.node),
+                         g.torus[0]);
   }
   g.normalize();
   return g;
