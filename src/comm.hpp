@@ -104,7 +104,7 @@ class Communicator {
   struct Settings;
   Status init(int nranks, const trncclUniqueId& id, int rank, const CommOptions& options);
   Status readSettings(const CommOptions& options, Settings* settings);
-  Status joinJob(const trncclUniqueId& id, const Settings& settings);
+  Status joinJob(const trncclUniqueId& id, Settings* settings);  // fills settings->allowed
   Status attachSegment(const trncclUniqueId& id, const Settings& settings,
                        const Deadline& deadline);
   Status chooseTransports(const topology::TransportSet& allowed);  // comm_topology.cpp

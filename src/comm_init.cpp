@@ -78,9 +78,6 @@ Status Communicator::readSettings(const CommOptions& options, Settings* s) {
   TRNCCL_RETURN_IF_ERROR(parsedAlgo.status());
   s->algo = parsedAlgo.value();
   s->transportText = env::getString(env::kTransport);
-  auto usable = topology::parseTransportList(s->transportText);
-  TRNCCL_RETURN_IF_ERROR(usable.status());
-  s->allowed = usable.value();
   return Status::ok();
 }
 
@@ -92,7 +89,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   Settings settings;
   TRNCCL_RETURN_IF_ERROR(readSettings(options, &settings));
   const Deadline deadline = Deadline::after(options.timeoutSeconds);
-  TRNCCL_RETURN_IF_ERROR(joinJob(id, settings));
+  TRNCCL_RETURN_IF_ERROR(joinJob(id, &settings));
   TRNCCL_RETURN_IF_ERROR(attachSegment(id, settings, deadline));
   shm_ = std::make_unique<shm::ShmTransport>(segment_, rank, localOfRank_);
   self_ = std::make_unique<SelfTransport>(rank);
@@ -114,7 +111,8 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
 // discovers the device graph and its chip, opens libfabric if some peer may need it, and the
 // second round carries the settings every rank must share, the graph's hash, the chip and the
 // network addresses. The topology is built from what every rank said.
-Status Communicator::joinJob(const trncclUniqueId& id, const Settings& s) {
+Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
+  Settings& s = *settings;
   const topology::HostIdentity host = topology::localHostIdentity();
   bootstrap::PeerInfo me;
   me.hostHash = host.hash;
@@ -128,6 +126,11 @@ Status Communicator::joinJob(const trncclUniqueId& id, const Settings& s) {
   peers_ = std::move(joined.value().table);
   bootstrap::Session session = std::move(joined.value().session);
 
+  // Parsed once this rank has joined, so that a rank whose setting is wrong leaves between the
+  // bootstrap rounds and the others hear of it at once, not at their timeout.
+  auto usable = topology::parseTransportList(s.transportText);
+  TRNCCL_RETURN_IF_ERROR(usable.status());
+  s.allowed = usable.value();
   std::vector<uint64_t> hashes;
   for (const auto& p : peers_) hashes.push_back(p.hostHash);
   topology::JobLayout layout = topology::groupByHost(hashes);
