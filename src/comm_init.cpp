@@ -103,7 +103,11 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   buildPlanner(settings);
   adaptToCores();
   logInit();
-  if (topology_.localRank(rank) == 0) TRNCCL_RETURN_IF_ERROR(dumpTopology());
+  if (topology_.localRank(rank) == 0) {
+    // A dump that cannot be written must not fail init on one rank only: the others would wait.
+    Status dumped = dumpTopology();
+    if (!dumped.isOk()) TRNCCL_WARN(log::kTopo, "%s", dumped.message().c_str());
+  }
   return Status::ok();
 }
 
@@ -140,6 +144,16 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
   auto myChip = topology::chipOfLocalRank(
       discovered.value(), myNode % std::max(1, discovered.value().graph.nodes),
       layout.localRank(rank_), layout.localSize(rank_), host.name);
+  if (!myChip.isOk() && discovered.value().kind == topology::Discovery::Kind::kSysfs) {
+    // The driver's chips were found, not asked for: a job with more local ranks than chips
+    // (one process per NeuronCore, say) runs host-only rather than failing. Every rank of the
+    // node sees the same counts, so they all fall back together.
+    TRNCCL_WARN(log::kTopo, "rank %d: %s; running without the device graph", rank_,
+                myChip.status().message().c_str());
+    discovered.value() = topology::Discovery{};
+    discovered.value().source = "none (the Neuron driver's chips do not fit the job)";
+    myChip = -1;
+  }
   TRNCCL_RETURN_IF_ERROR(myChip.status());
   // NICs are left out of the comparison: hosts of one job may name their interfaces apart.
   topology::DeviceGraph compared = discovered.value().graph;
@@ -175,9 +189,10 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
   const uint64_t algoHash = std::hash<std::string>{}(s.algoText);
   const uint64_t transportHash = std::hash<std::string>{}(s.transportText);
   std::string blob;
-  for (uint64_t word : {algoHash, transportHash, graphHash, static_cast<uint64_t>(myChip.value())})
+  for (uint64_t word : {algoHash, transportHash, graphHash, static_cast<uint64_t>(myChip.value()),
+                        static_cast<uint64_t>(s.pipelineChunks)})
     appendWord(blob, word);
-  constexpr size_t kSettingsBytes = 4 * sizeof(uint64_t);
+  constexpr size_t kSettingsBytes = 5 * sizeof(uint64_t);
   if (efa_) blob += efa_->addressBlob();
   // The full timeout: the root reports missing ranks at 0.9 of it, before anyone gives up.
   auto blobs = session.exchange(blob, options_.timeoutSeconds);
@@ -209,6 +224,12 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
                        rank_, r, discovered.value().source.c_str(),
                        discovered.value().graph.shape().c_str());
     chipOfRank[r] = static_cast<int>(static_cast<int64_t>(wordAt(theirs, 3)));
+    if (wordAt(theirs, 4) != static_cast<uint64_t>(s.pipelineChunks))
+      return makeError(Code::kInvalidUsage,
+                       "rank %d and rank %d were started with different TRNCCL_PIPELINE_CHUNKS "
+                       "(this rank: %d, rank %d: %llu); every rank must cut all-reduces alike",
+                       rank_, r, s.pipelineChunks, r,
+                       static_cast<unsigned long long>(wordAt(theirs, 4)));
     if (viaEfa[r]) {
       efaAddresses[r] = theirs.substr(kSettingsBytes);
       if (efaAddresses[r].empty())
@@ -225,6 +246,11 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
   TRNCCL_RETURN_IF_ERROR(built.status());
   topology_ = std::move(built.value());
   localOfRank_ = topology_.localIndexFrom(rank_);
+  // Every rank checks every pair of its node, not only its own, so that a TRNCCL_TRANSPORT
+  // that leaves some pair without a transport fails init on the whole node alike.
+  for (int a : topology_.ranksOfNode(myNode))
+    for (int b : topology_.ranksOfNode(myNode))
+      TRNCCL_RETURN_IF_ERROR(topology_.classBetween(a, b, s.allowed).status());
   return Status::ok();
 }
 
@@ -268,10 +294,20 @@ void Communicator::buildPlanner(const Settings& s) {
   CommView view;
   view.rank = rank_;
   view.nranks = nranks_;
-  // Direct algorithms read peers' windows: every peer on this node's segment, none on efa.
-  view.allLocal = std::none_of(classOfPeer_.begin(), classOfPeer_.end(),
-                               [](auto c) { return c == topology::LinkClass::kEfa; });
-  view.deviceLinks = neuronlink_ != nullptr;
+  // Both flags steer the planner, so they are facts of the whole job, the same on every rank
+  // (not of this rank's own peers): direct algorithms need every rank on one node's segment
+  // and no pair over efa; deviceLinks says some pair of some node talks over NeuronLink.
+  view.allLocal = topology_.nnodes() == 1;
+  view.deviceLinks = false;
+  for (int node = 0; node < topology_.nnodes(); ++node) {
+    const auto& ranks = topology_.ranksOfNode(node);
+    for (size_t i = 0; i < ranks.size(); ++i)
+      for (size_t j = i + 1; j < ranks.size(); ++j) {
+        auto c = topology_.classBetween(ranks[i], ranks[j], s.allowed);
+        if (!c.isOk() || c.value() == topology::LinkClass::kEfa) view.allLocal = false;
+        if (c.isOk() && c.value() == topology::LinkClass::kNeuronLink) view.deviceLinks = true;
+      }
+  }
   view.pipelineChunks = s.pipelineChunks;
   view.ring = RingGroup::of(topology_.ringOrder(), rank_);
   view.topology = &topology_;

@@ -255,5 +255,62 @@ TEST(NeuronLink, HierarchicalAllReduceCrossesEfaOncePerPosition) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+// Chips 0, 1 and 10 of a trn2 node: ranks 0 and 1 are linked, rank 2 is linked to neither.
+// Every rank must still choose the same algorithms (the planner's facts are the job's, not a
+// rank's own peers'), or the all-reduces would wait on each other until the timeout.
+TEST(NeuronLink, RanksWithAndWithoutLinksPlanAlike) {
+  auto outcomes = withComm(
+      3,
+      [&](int /*rank*/) {
+        usePreset("trn2.48xlarge");
+        setenv("TRNCCL_NEURON_DEVICES", "0,1,10", 1);
+        setenv("TRNCCL_TIMEOUT", "20", 1);
+      },
+      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+        allReduceAndCheck(f, comm, rank, nranks, 1000);
+        allReduceAndCheck(f, comm, rank, nranks, (1u << 18) + 5);
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// Node-aggregated all-to-all-v on 2 emulated nodes x 2 ranks, rank 1 sending rank 0 more than
+// rank 0 expects: rank 0 reports the mismatch and nothing lands past its receive block.
+TEST(NeuronLink, NodeAggregatedAllToAllvRefusesMismatchedCounts) {
+  auto outcomes = runRanks(
+      4,
+      [&](int rank, int nranks, const trncclUniqueId& id) {
+        setenv("TRNCCL_HOSTID", rank < 2 ? "a2a-a" : "a2a-b", 1);
+        setenv("TRNCCL_ALGO", "alltoallv:hierarchical", 1);
+        setenv("TRNCCL_TIMEOUT", "10", 1);
+        setenv("FI_NET_IFACE", "lo", 1);
+        setenv("FI_TCP_IFACE", "lo", 1);
+        trncclComm_t comm = nullptr;
+        std::string error = initComm(&comm, nranks, id, rank);
+        if (!error.empty()) return error;
+        std::vector<size_t> sendcounts(nranks, 2), recvcounts(nranks, 2), sd(nranks), rd(nranks);
+        if (rank == 1) sendcounts[0] = 5;
+        for (int q = 0; q < nranks; ++q) sd[q] = rd[q] = q * 8;  // room for 8 each
+        std::vector<int> in(8 * nranks, rank), out(8 * nranks, -7);
+        trncclResult_t rc = trncclAllToAllv(in.data(), sendcounts.data(), sd.data(), out.data(),
+                                            recvcounts.data(), rd.data(), trncclInt32, comm);
+        std::string result;
+        if (rank == 0) {
+          if (rc == trncclSuccess)
+            result = "rank 0: the mismatched all-to-all-v succeeded";
+          else if (std::string(trncclGetLastError(comm)).find("5") == std::string::npos &&
+                   std::string(trncclGetLastError(comm)).find("20 bytes") == std::string::npos)
+            result = std::string("rank 0: unexpected error: ") + trncclGetLastError(comm);
+          for (int i = 2; i < 8; ++i)  // past the 2 elements rank 0 expects from rank 0's block
+            if (out[i] != -7) result += " wrote past the block from rank 0";
+          for (int i = 8 + 2; i < 16; ++i)
+            if (out[i] != -7) result += " wrote past the block from rank 1";
+        }
+        trncclCommAbort(comm);
+        return result;
+      },
+      60);
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
 }  // namespace
 }  // namespace trnccl::testing

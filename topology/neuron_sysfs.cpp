@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -48,9 +49,11 @@ Result<DeviceGraph> readNeuronSysfs(const std::string& root) {
     std::string name = entry->d_name;
     if (name.rfind("neuron", 0) != 0 || name.size() == 6) continue;
     std::string digits = name.substr(6);
-    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(c); }))
+    // Not a chip directory unless neuron<number>, and chip numbers stay below 4096.
+    if (digits.size() > 4 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(c); }))
       continue;
-    ids.push_back(std::stoi(digits));
+    if (const int id = std::atoi(digits.c_str()); id < 4096) ids.push_back(id);
   }
   closedir(dir);
   std::sort(ids.begin(), ids.end());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -82,7 +83,13 @@ Result<Discovery> discoverDevices(bool withHostNics) {
   }
   const std::string root = env::getString(env::kNeuronSysfs);
   auto graph = readNeuronSysfs(root);
-  TRNCCL_RETURN_IF_ERROR(graph.status());
+  if (!graph.isOk()) {
+    // Nobody asked for this topology: a driver tree trnccl cannot read costs the NeuronLink
+    // emulation, not the job.
+    TRNCCL_WARN(log::kTopo, "ignoring the Neuron driver's sysfs (%s): %s", root.c_str(),
+                graph.status().message().c_str());
+    graph = DeviceGraph{};
+  }
   if (!graph.value().empty()) {
     found.kind = Discovery::Kind::kSysfs;
     found.source = "the Neuron driver's sysfs (" + root + ")";
@@ -159,7 +166,7 @@ Result<Topology> Topology::build(JobLayout layout, Discovery found, std::vector<
   for (const auto& ranks : t.layout_.ranksOfNode)
     for (size_t i = 0; i < ranks.size(); ++i) t.localRankOf_[ranks[i]] = static_cast<int>(i);
   for (int node = 0; node < t.layout_.nnodes; ++node) {
-    std::vector<int> owner(4096, -1);
+    std::map<int, int> owner;  // chip -> rank
     for (int r : t.layout_.ranksOfNode[node]) {
       int chip = t.chipOfRank_[r];
       if (chip < 0) {
@@ -176,12 +183,11 @@ Result<Topology> Topology::build(JobLayout layout, Discovery found, std::vector<
                          "rank %d says it drives Neuron chip %d, which this rank's topology (%s) "
                          "does not have; every rank must discover the same topology",
                          r, chip, t.found_.source.c_str());
-      if (chip < 4096 && owner[chip] >= 0)
+      if (auto [it, fresh] = owner.emplace(chip, r); !fresh)
         return makeError(Code::kInvalidUsage,
                          "ranks %d and %d of one node both drive Neuron chip %d; give each local "
                          "rank its own chip (TRNCCL_NEURON_DEVICES)",
-                         owner[chip], r, chip);
-      owner[chip] = r;
+                         it->second, r, chip);
     }
   }
   return t;
@@ -223,12 +229,16 @@ class HamiltonSearch {
  public:
   explicit HamiltonSearch(const std::vector<std::vector<char>>& adjacent)
       : adj_(adjacent), n_(static_cast<int>(adjacent.size())), used_(n_, 0) {}
+  // A cycle may start anywhere; a path is tried from every vertex (a leaf must be an end).
   std::vector<int> find(bool cycle) {
-    path_.assign(1, 0);
-    used_.assign(n_, 0);
-    used_[0] = 1;
     budget_ = 200000;
-    return extend(cycle) ? path_ : std::vector<int>{};
+    for (int start = 0; start < (cycle ? 1 : n_) && budget_ > 0; ++start) {
+      path_.assign(1, start);
+      used_.assign(n_, 0);
+      used_[start] = 1;
+      if (extend(cycle)) return path_;
+    }
+    return {};
   }
 
  private:

@@ -73,7 +73,13 @@ class Aggregation {
         at += bytes(c_.rank, j);
       }
     }
-    b.copy(recvBlock(c_.rank), sendBlock(c_.rank), bytes(c_.rank, c_.rank));
+    if (bytes(c_.rank, c_.rank) != expected(c_.rank))
+      return makeError(Code::kInvalidUsage,
+                       "AllToAllv: rank %d sends itself sendcounts[%d]=%zu elements but expects "
+                       "recvcounts[%d]=%zu",
+                       c_.rank, c_.rank, bytes(c_.rank, c_.rank) / esize_, c_.rank,
+                       expected(c_.rank) / esize_);
+    b.copy(recvBlock(c_.rank), sendBlock(c_.rank), expected(c_.rank));
     {
       // Packs to the ports, ports gathering their node's packs, and the node's own blocks
       // straight to their ranks, all at once.
@@ -81,7 +87,7 @@ class Aggregation {
       for (int p : mine) {
         if (p == c_.rank) continue;
         b.send(p, sendBlock(p), bytes(c_.rank, p));
-        b.recv(p, recvBlock(p), bytes(p, c_.rank));
+        b.recv(p, recvBlock(p), expected(p));  // a different size is a reported mismatch
       }
       for (int m = 0; m < nodes; ++m) {
         if (m == myNode_) continue;
@@ -161,6 +167,9 @@ class Aggregation {
   bool v() const { return a_.kind == CollKind::kAllToAllv; }
   size_t sendOffset(int j) const { return (v() ? a_.sdispls[j] : j * a_.count) * esize_; }
   size_t recvOffset(int s) const { return (v() ? a_.rdispls[s] : s * a_.count) * esize_; }
+  // What this rank's own call says it receives from s (its recvcounts), which is what may be
+  // written at its receive offset; the tables hold what the senders say.
+  size_t expected(int s) const { return (v() ? a_.recvcounts[s] : a_.count) * esize_; }
   size_t inputExtent() const {
     size_t extent = 0;
     for (int j = 0; j < c_.nranks; ++j)
