@@ -44,12 +44,9 @@ Status Communicator::chooseTransports(const topology::TransportSet& allowed) {
 
 // TRNCCL_TOPO_DUMP_FILE: the discovered graph in the TRNCCL_TOPO_FILE format.
 Status Communicator::dumpTopology() const {
-  std::string path = env::getString(env::kTopoDumpFile);
-  if (path.empty()) return Status::ok();
-  for (size_t at; (at = path.find("%h")) != std::string::npos;)
-    path.replace(at, 2, peers_[rank_].hostName);
-  for (size_t at; (at = path.find("%p")) != std::string::npos;)
-    path.replace(at, 2, std::to_string(peers_[rank_].pid));
+  const std::string pattern = env::getString(env::kTopoDumpFile);
+  if (pattern.empty()) return Status::ok();
+  const std::string path = expandPathPattern(pattern, peers_[rank_].hostName, peers_[rank_].pid);
   const std::string text = "# discovered from " + topology_.discovery().source + "\n" +
                            topology::toText(topology_.devices());
   TRNCCL_RETURN_IF_ERROR(writeTextFile(path, text).withContext("TRNCCL_TOPO_DUMP_FILE: "));

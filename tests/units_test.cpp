@@ -16,6 +16,7 @@
 #include "core/env.hpp"
 #include "core/reduce.hpp"
 #include "core/reduce_isa.hpp"
+#include "core/text_file.hpp"
 #include "support/reference.hpp"
 #include "support/sweep.hpp"
 #include "topology/host.hpp"
@@ -25,6 +26,14 @@ namespace trnccl {
 namespace {
 
 using testing::Bytes;
+
+TEST(Env, FileNamePatternsTakeHostAndPidOnce) {
+  EXPECT_EQ(expandPathPattern("/tmp/log.%h.%p", "node7", 42), "/tmp/log.node7.42");
+  EXPECT_EQ(expandPathPattern("%h%h-%", "a", 1), "aa-%");
+  // A host name that itself holds %h is not expanded again.
+  EXPECT_EQ(expandPathPattern("x.%h", "odd%hname", 1), "x.odd%hname");
+  EXPECT_EQ(expandPathPattern("plain", "h", 1), "plain");
+}
 
 TEST(Env, ParsesBytesSecondsAndRejectsJunk) {
   setenv("TRNCCL_SHM_CHUNK_BYTES", "512K", 1);

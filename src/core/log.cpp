@@ -11,6 +11,7 @@
 
 #include "core/env.hpp"
 #include "core/strformat.hpp"
+#include "core/text_file.hpp"
 
 namespace trnccl::log {
 namespace {
@@ -70,18 +71,7 @@ Config& config() {
     gethostname(c.host, sizeof(c.host) - 1);
     std::string path = env::getString(env::kDebugFile);
     if (!path.empty()) {
-      std::string expanded;
-      for (size_t i = 0; i < path.size(); ++i) {
-        if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'h') {
-          expanded += c.host;
-          ++i;
-        } else if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
-          expanded += std::to_string(getpid());
-          ++i;
-        } else {
-          expanded += path[i];
-        }
-      }
+      const std::string expanded = expandPathPattern(path, c.host, getpid());
       if (FILE* f = std::fopen(expanded.c_str(), "a")) c.out = f;
     }
     return c;

@@ -6,6 +6,23 @@
 
 namespace trnccl {
 
+std::string expandPathPattern(const std::string& pattern, const std::string& host, int pid) {
+  std::string expanded;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char next = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
+    if (pattern[i] == '%' && next == 'h') {
+      expanded += host;
+      ++i;
+    } else if (pattern[i] == '%' && next == 'p') {
+      expanded += std::to_string(pid);
+      ++i;
+    } else {
+      expanded += pattern[i];
+    }
+  }
+  return expanded;
+}
+
 Status writeTextFile(const std::string& path, const std::string& text) {
   FILE* out = std::fopen(path.c_str(), "w");
   if (!out)

@@ -7,6 +7,10 @@
 
 namespace trnccl {
 
+// A file name pattern with %h replaced by the host name and %p by the pid, in one pass (a host
+// name holding "%h" stays as it is).
+std::string expandPathPattern(const std::string& pattern, const std::string& host, int pid);
+
 // Replaces path with text; the error names the path and the system's reason.
 Status writeTextFile(const std::string& path, const std::string& text);
 
