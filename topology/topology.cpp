@@ -190,6 +190,9 @@ Result<Topology> Topology::build(JobLayout layout, Discovery found, std::vector<
                          it->second, r, chip);
     }
   }
+  // Searched once here: the ring order and the hierarchical shapes both read it.
+  for (int node = 0; node < t.layout_.nnodes; ++node)
+    t.linkOrders_.push_back(t.searchLinkOrder(node));
   return t;
 }
 
@@ -264,7 +267,7 @@ class HamiltonSearch {
 
 }  // namespace
 
-std::vector<int> Topology::linkOrder(int node) const {
+std::vector<int> Topology::searchLinkOrder(int node) const {
   const std::vector<int>& ranks = ranksOfNode(node);
   const int m = static_cast<int>(ranks.size());
   if (!hasDevices() || m < 3) return ranks;
@@ -283,7 +286,7 @@ std::vector<int> Topology::linkOrder(int node) const {
 std::vector<int> Topology::ringOrder() const {
   std::vector<int> order;
   for (int node = 0; node < nnodes(); ++node) {
-    std::vector<int> inNode = linkOrder(node);
+    const std::vector<int>& inNode = linkOrder(node);
     order.insert(order.end(), inNode.begin(), inNode.end());
   }
   return order;

@@ -85,7 +85,7 @@ class Topology {
   // The ranks of `node` in an order whose neighbours' chips are linked: a cycle of links when
   // one exists (the ring closes over a link too), else a path, else local-rank order. Ring
   // schedules inside a node go in this order so that their messages stay on NeuronLinks.
-  std::vector<int> linkOrder(int node) const;
+  const std::vector<int>& linkOrder(int node) const { return linkOrders_[node]; }
   // Every rank, node by node, each node in linkOrder: the order of whole-communicator rings.
   std::vector<int> ringOrder() const;
 
@@ -97,6 +97,8 @@ class Topology {
   std::vector<int> localRankOf_;
   Discovery found_;
   std::vector<int> chipOfRank_;
+  std::vector<std::vector<int>> linkOrders_;  // per node, searched once by build()
+  std::vector<int> searchLinkOrder(int node) const;
 };
 
 }  // namespace trnccl::topology
