@@ -23,8 +23,12 @@ struct Communicator::Settings {
   size_t streamCopyBytes = 0;
   int pipelineChunks = 0;
   std::string algoText, transportText;
+  uint64_t algoHash = 0;  // of algoText: compared between ranks, bound in the node segment
   AlgoOverrides algo;
+  // Filled by joinJob once the topology is known; the same on every rank.
   topology::TransportSet allowed;
+  bool allLocal = false;     // one node, no pair of ranks over efa (the direct algorithms)
+  bool deviceLinks = false;  // some pair of ranks of some node talks over NeuronLink
 };
 
 namespace {
@@ -73,6 +77,7 @@ Status Communicator::readSettings(const CommOptions& options, Settings* s) {
   }
   s->pipelineChunks = static_cast<int>(chunks);
   s->algoText = options.algorithm.empty() ? env::getString(env::kAlgo) : options.algorithm;
+  s->algoHash = std::hash<std::string>{}(s->algoText);
   // (Every rank must plan alike: the second bootstrap round compares the settings.)
   auto parsedAlgo = parseAlgoOverrides(s->algoText);
   TRNCCL_RETURN_IF_ERROR(parsedAlgo.status());
@@ -186,7 +191,7 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
   }
 
   // Second round. Ranks of other nodes cannot compare settings through the node segment.
-  const uint64_t algoHash = std::hash<std::string>{}(s.algoText);
+  const uint64_t algoHash = s.algoHash;
   const uint64_t transportHash = std::hash<std::string>{}(s.transportText);
   std::string blob;
   for (uint64_t word : {algoHash, transportHash, graphHash, static_cast<uint64_t>(myChip.value()),
@@ -246,11 +251,22 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
   TRNCCL_RETURN_IF_ERROR(built.status());
   topology_ = std::move(built.value());
   localOfRank_ = topology_.localIndexFrom(rank_);
-  // Every rank checks every pair of its node, not only its own, so that a TRNCCL_TRANSPORT
-  // that leaves some pair without a transport fails init on the whole node alike.
-  for (int a : topology_.ranksOfNode(myNode))
-    for (int b : topology_.ranksOfNode(myNode))
-      TRNCCL_RETURN_IF_ERROR(topology_.classBetween(a, b, s.allowed).status());
+  // One pass over every pair of ranks of every node, the same on every rank (not only this
+  // rank's own peers): a TRNCCL_TRANSPORT that leaves some pair without a transport fails init
+  // on every rank alike, and the planner's facts come out equal everywhere. Direct algorithms
+  // need every rank on one node's segment and no pair over efa.
+  s.allLocal = topology_.nnodes() == 1;
+  s.deviceLinks = false;
+  for (int node = 0; node < topology_.nnodes(); ++node) {
+    const auto& ranks = topology_.ranksOfNode(node);
+    for (size_t i = 0; i < ranks.size(); ++i)
+      for (size_t j = i + 1; j < ranks.size(); ++j) {
+        auto c = topology_.classBetween(ranks[i], ranks[j], s.allowed);
+        TRNCCL_RETURN_IF_ERROR(c.status());
+        if (c.value() == topology::LinkClass::kEfa) s.allLocal = false;
+        if (c.value() == topology::LinkClass::kNeuronLink) s.deviceLinks = true;
+      }
+  }
   return Status::ok();
 }
 
@@ -267,7 +283,7 @@ Status Communicator::attachSegment(const trncclUniqueId& id, const Settings& s,
   params.ringSlotBytes = (s.ringSlotBytes + 63) / 64 * 64;
   params.oneShotMaxBytes = s.oneShotMaxBytes;
   params.llMaxBytes = s.llMaxBytes;
-  params.algorithmHash = std::hash<std::string>{}(s.algoText);
+  params.algorithmHash = s.algoHash;
   bootstrap::UniqueIdData idData = bootstrap::parseUniqueId(id).value();
   std::string segmentName =
       strformat("trnccl-%016llx-%016llx", static_cast<unsigned long long>(idData.nonce),
@@ -294,20 +310,8 @@ void Communicator::buildPlanner(const Settings& s) {
   CommView view;
   view.rank = rank_;
   view.nranks = nranks_;
-  // Both flags steer the planner, so they are facts of the whole job, the same on every rank
-  // (not of this rank's own peers): direct algorithms need every rank on one node's segment
-  // and no pair over efa; deviceLinks says some pair of some node talks over NeuronLink.
-  view.allLocal = topology_.nnodes() == 1;
-  view.deviceLinks = false;
-  for (int node = 0; node < topology_.nnodes(); ++node) {
-    const auto& ranks = topology_.ranksOfNode(node);
-    for (size_t i = 0; i < ranks.size(); ++i)
-      for (size_t j = i + 1; j < ranks.size(); ++j) {
-        auto c = topology_.classBetween(ranks[i], ranks[j], s.allowed);
-        if (!c.isOk() || c.value() == topology::LinkClass::kEfa) view.allLocal = false;
-        if (c.isOk() && c.value() == topology::LinkClass::kNeuronLink) view.deviceLinks = true;
-      }
-  }
+  view.allLocal = s.allLocal;  // both computed by joinJob over every pair, equal on every rank
+  view.deviceLinks = s.deviceLinks;
   view.pipelineChunks = s.pipelineChunks;
   view.ring = RingGroup::of(topology_.ringOrder(), rank_);
   view.topology = &topology_;
