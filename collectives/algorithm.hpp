@@ -34,6 +34,8 @@ struct RingGroup {
   int at(int position) const { return ranks[((position % size()) + size()) % size()]; }
   int next() const { return at(pos + 1); }
   int prev() const { return at(pos - 1); }
+  // Where rank sits in the ring (size() when it is not in it).
+  int positionOf(int rank) const;
   // The group of `order` (which must contain rank).
   static RingGroup of(std::vector<int> order, int rank);
 };

@@ -6,10 +6,14 @@
 
 namespace trnccl {
 
+int RingGroup::positionOf(int rank) const {
+  return static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+}
+
 RingGroup RingGroup::of(std::vector<int> order, int rank) {
   RingGroup g;
-  g.pos = static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
   g.ranks = std::move(order);
+  g.pos = g.positionOf(rank);
   return g;
 }
 

@@ -31,9 +31,7 @@ Status broadcastChain(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   const size_t bytes = a.count * elementSize(a);
   if (c.rank == a.root) b.copy(a.recvbuff, a.sendbuff, bytes);
   const RingGroup& g = c.ring;
-  const int rootPos =
-      static_cast<int>(std::find(g.ranks.begin(), g.ranks.end(), a.root) - g.ranks.begin());
-  chainBroadcast(b, g, rootPos, a.recvbuff, bytes, c.windowBytes);
+  chainBroadcast(b, g, g.positionOf(a.root), a.recvbuff, bytes, c.windowBytes);
   return Status::ok();
 }
 

@@ -1,8 +1,6 @@
 // Hierarchical broadcast: a pipelined chain across nodes among one rank per node (the root on
 // its node, the first rank of the others' link order), then a chain inside every node along
 // its links. Each byte crosses efa once per node. Any ranks per node.
-#include <algorithm>
-
 #include "collectives/direct_rounds.hpp"
 #include "collectives/ring_group.hpp"
 #include "collectives/shapes.hpp"
@@ -21,10 +19,8 @@ Status broadcastHierarchical(ScheduleBuilder& b, const CollArgs& a, const CommVi
     for (int node = 0; node < t.nnodes(); ++node) heads.push_back(head(node));
     chainBroadcast(b, RingGroup::of(heads, c.rank), rootNode, a.recvbuff, bytes, c.windowBytes);
   }
-  const std::vector<int>& order = h.nodeOrder[myNode];
-  const int headPos =
-      static_cast<int>(std::find(order.begin(), order.end(), head(myNode)) - order.begin());
-  chainBroadcast(b, RingGroup::of(order, c.rank), headPos, a.recvbuff, bytes, c.windowBytes);
+  const RingGroup node = RingGroup::of(h.nodeOrder[myNode], c.rank);
+  chainBroadcast(b, node, node.positionOf(head(myNode)), a.recvbuff, bytes, c.windowBytes);
   return Status::ok();
 }
 

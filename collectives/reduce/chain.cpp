@@ -15,8 +15,7 @@ Status reduceChain(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
     b.copy(a.recvbuff, a.sendbuff, bytes);
     return Status::ok();
   }
-  const int rootPos =
-      static_cast<int>(std::find(g.ranks.begin(), g.ranks.end(), a.root) - g.ranks.begin());
+  const int rootPos = g.positionOf(a.root);
   const int position = (g.pos - rootPos - 1 + 2 * n) % n;  // 0 starts the chain, n-1 is the root
   const int next = g.next(), prev = g.prev();
   const size_t chunk = c.windowBytes / esize * esize;
