@@ -91,16 +91,8 @@ class Collectives : public ::testing::TestWithParam<std::tuple<std::string, int>
       GTEST_SKIP() << "32 ranks run only the collectives with topology-shaped schedules";
     if (quickMode() && config == "nodes" && nranks() != 4)
       GTEST_SKIP() << "quick mode: emulated nodes run with 4 ranks only";
-    auto outcomes = runRanks(nranks(), [&](int rank, int n, const trncclUniqueId& id) {
-      configureRank(config, rank);
-      trncclComm_t comm = nullptr;
-      std::string error = initComm(&comm, n, id, rank);
-      if (!error.empty()) return error;
-      Failures f;
-      body(f, comm, rank, n);
-      if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
-      return f.text();
-    });
+    auto outcomes = withComm(
+        nranks(), [&](int rank) { configureRank(config, rank); }, body);
     EXPECT_ALL_RANKS_OK(outcomes);
   }
 };

@@ -7,7 +7,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,22 +51,6 @@ std::vector<trncclPeerTraffic_t> trafficOf(Failures& f, trncclComm_t comm, int n
   if (trncclCommGetPeerTraffic(comm, entries.data(), n, &count) != trncclSuccess || count != n)
     f.add("trncclCommGetPeerTraffic failed (count %d)", count);
   return entries;
-}
-
-// Runs body on n ranks, each with a communicator made after setup(rank) set its environment.
-std::vector<RankOutcome> withComm(
-    int n, const std::function<void(int rank)>& setup,
-    const std::function<void(Failures&, trncclComm_t, int, int)>& body) {
-  return runRanks(n, [&](int rank, int nranks, const trncclUniqueId& id) {
-    setup(rank);
-    trncclComm_t comm = nullptr;
-    std::string error = initComm(&comm, nranks, id, rank);
-    if (!error.empty()) return error;
-    Failures f;
-    body(f, comm, rank, nranks);
-    if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
-    return f.text();
-  });
 }
 
 // 16 ranks on an emulated trn2 node (oversubscribed): the ring all-reduce (along the node's

@@ -17,6 +17,21 @@ std::string initComm(trncclComm_t* comm, int nranks, const trncclUniqueId& id, i
          trncclGetLastError(nullptr);
 }
 
+std::vector<RankOutcome> withComm(
+    int n, const std::function<void(int rank)>& setup,
+    const std::function<void(Failures&, trncclComm_t, int rank, int nranks)>& body) {
+  return runRanks(n, [&](int rank, int nranks, const trncclUniqueId& id) {
+    setup(rank);
+    trncclComm_t comm = nullptr;
+    std::string error = initComm(&comm, nranks, id, rank);
+    if (!error.empty()) return error;
+    Failures f;
+    body(f, comm, rank, nranks);
+    if (trncclCommDestroy(comm) != trncclSuccess) f.add("destroy failed");
+    return f.text();
+  });
+}
+
 uint64_t saltOf(int a, int b, size_t c) {
   return (static_cast<uint64_t>(a) << 48) ^ (static_cast<uint64_t>(b) << 40) ^ c;
 }

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,12 @@ void expectSame(Failures& f, const std::string& what, const void* got, const voi
 
 // Initialises a communicator in a rank body; on failure returns the error text.
 std::string initComm(trncclComm_t* comm, int nranks, const trncclUniqueId& id, int rank);
+
+// Runs body on n rank processes, each with a communicator made after setup(rank) set its
+// environment, and destroyed after body; failures of init, body or destroy are the outcome.
+std::vector<RankOutcome> withComm(
+    int n, const std::function<void(int rank)>& setup,
+    const std::function<void(Failures&, trncclComm_t, int rank, int nranks)>& body);
 
 uint64_t saltOf(int a, int b, size_t c);
 
