@@ -60,16 +60,34 @@ struct CommView {
   const struct Shapes* shapes = nullptr;
 };
 
-enum class Algorithm { kRing, kDirect, kHierarchical, kTorus, kCount };
-const char* algorithmName(Algorithm algo);
+// The algorithms (collectives/registry.cpp names and describes them, and says which
+// collectives each has a schedule for).
+enum class Algorithm {
+  kRing,
+  kDirect,
+  kHierarchical,
+  kTorus,
+  kRecursiveDoubling,
+  kRhd,
+  kBruck,
+  kBinomial,
+  kCount
+};
 
 // Ring family (works over any transport): ring, chain and pairwise schedules.
 Status allReduceRing(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
-// allReduceRing's form for calls of at most kRecursiveDoublingMaxBytes: log2(p) rounds of
-// whole-buffer exchanges. Over efa (tcp;ofi_rxm, 2 and 4 ranks) it beat the ring at every size
-// measured up to 512 KiB but 32 KiB; the limit stays below that, since its bytes grow with
-// log2(p) where the ring's stay near 2x.
+// Latency-bound forms (any transport, any rank count): log2(p) rounds of whole-buffer
+// exchanges (recursive doubling); Rabenseifner's halving/doubling; Bruck's all-gather; binomial
+// trees rooted anywhere.
 Status allReduceRecursiveDoubling(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+Status allReduceRhd(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+Status allGatherBruck(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+Status broadcastBinomial(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+Status reduceBinomial(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+// The planner's default for ring-family all-reduces of at most this many bytes is recursive
+// doubling: over efa (tcp;ofi_rxm, 2 and 4 ranks) it beat the ring at every size measured up to
+// 512 KiB but 32 KiB; the limit stays below that, since its bytes grow with log2(p) where the
+// ring's stay near 2x.
 inline constexpr size_t kRecursiveDoublingMaxBytes = 256 << 10;
 // Slices a hierarchical or torus all-reduce of `bytes` is cut into, so that one slice's
 // exchange between nodes overlaps the next slice's phase inside the node.

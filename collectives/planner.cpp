@@ -2,18 +2,11 @@
 
 #include <cctype>
 
+#include "collectives/registry.hpp"
 #include "collectives/shapes.hpp"
 
 namespace trnccl {
 namespace {
-
-std::optional<Algorithm> algorithmFromName(const std::string& name) {
-  if (name == "ring" || name == "chain" || name == "pairwise") return Algorithm::kRing;
-  if (name == "direct") return Algorithm::kDirect;
-  if (name == "hierarchical" || name == "hier") return Algorithm::kHierarchical;
-  if (name == "torus") return Algorithm::kTorus;
-  return std::nullopt;
-}
 
 std::optional<CollKind> kindFromName(const std::string& name) {
   for (int k = 0; k < static_cast<int>(CollKind::kSendRecv); ++k) {
@@ -24,67 +17,7 @@ std::optional<CollKind> kindFromName(const std::string& name) {
   return std::nullopt;
 }
 
-using BuildFn = Status (*)(ScheduleBuilder&, const CollArgs&, const CommView&);
-
-BuildFn builderFor(CollKind kind, Algorithm algo) {
-  switch (algo) {
-    case Algorithm::kRing:
-      switch (kind) {
-        case CollKind::kAllReduce: return allReduceRing;
-        case CollKind::kAllGather: return allGatherRing;
-        case CollKind::kReduceScatter: return reduceScatterRing;
-        case CollKind::kBroadcast: return broadcastChain;
-        case CollKind::kReduce: return reduceChain;
-        case CollKind::kAllToAll:
-        case CollKind::kAllToAllv: return allToAllPairwise;
-        case CollKind::kBarrier: return barrierDissemination;
-        case CollKind::kSendRecv: return sendRecvP2p;
-        default: return nullptr;
-      }
-    case Algorithm::kDirect:
-      switch (kind) {
-        case CollKind::kAllReduce: return allReduceDirect;
-        case CollKind::kAllGather: return allGatherDirect;
-        case CollKind::kReduceScatter: return reduceScatterDirect;
-        case CollKind::kBroadcast: return broadcastDirect;
-        case CollKind::kReduce: return reduceDirect;
-        case CollKind::kAllToAll:
-        case CollKind::kAllToAllv: return allToAllDirect;
-        case CollKind::kBarrier: return barrierDirect;
-        default: return nullptr;
-      }
-    case Algorithm::kHierarchical:
-      switch (kind) {
-        case CollKind::kAllReduce: return allReduceHierarchical;
-        case CollKind::kAllGather: return allGatherHierarchical;
-        case CollKind::kReduceScatter: return reduceScatterHierarchical;
-        case CollKind::kBroadcast: return broadcastHierarchical;
-        case CollKind::kAllToAll:
-        case CollKind::kAllToAllv: return allToAllNodeAggregated;
-        default: return nullptr;
-      }
-    case Algorithm::kTorus:
-      switch (kind) {
-        case CollKind::kAllReduce: return allReduceTorus;
-        case CollKind::kAllGather: return allGatherTorus;
-        case CollKind::kReduceScatter: return reduceScatterTorus;
-        default: return nullptr;
-      }
-    default: return nullptr;
-  }
-}
-
 }  // namespace
-
-const char* algorithmName(Algorithm algo) {
-  switch (algo) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kHierarchical: return "hierarchical";
-    case Algorithm::kTorus: return "torus";
-    default: return "?";
-  }
-}
 
 Result<AlgoOverrides> parseAlgoOverrides(const std::string& text) {
   AlgoOverrides overrides;
@@ -105,9 +38,8 @@ Result<AlgoOverrides> parseAlgoOverrides(const std::string& text) {
     auto algo = algorithmFromName(algoName);
     if (!algo)
       return makeError(Code::kInvalidArgument,
-                       "TRNCCL_ALGO='%s': unknown algorithm '%s' "
-                       "(known: ring, direct, hierarchical, torus)",
-                       text.c_str(), algoName.c_str());
+                       "TRNCCL_ALGO='%s': unknown algorithm '%s' (known: %s)", text.c_str(),
+                       algoName.c_str(), knownAlgorithmNames().c_str());
     if (exclude) {
       overrides.excluded[static_cast<int>(*algo)] = true;
       continue;
@@ -181,6 +113,7 @@ Algorithm Planner::preferred(CollKind kind, size_t bytes) const {
   if (!small && !view_.allLocal && usable(Algorithm::kHierarchical) &&
       (!allToAll || bytes * view_.nranks <= kNodeAggregatedMaxBytes))
     return Algorithm::kHierarchical;
+  if (small && usable(Algorithm::kRecursiveDoubling)) return Algorithm::kRecursiveDoubling;
   if (!overrides_.excluded[static_cast<int>(Algorithm::kRing)]) return Algorithm::kRing;
   return usable(Algorithm::kDirect) ? Algorithm::kDirect : Algorithm::kRing;
 }
@@ -238,8 +171,6 @@ std::string Planner::planTable() const {
     if (kind == CollKind::kAllReduce && small.value() == Algorithm::kDirect)
       table += strformat("(lines<=%zuB,one-shot<=%zuB,two-shot above)", view_.llMaxBytes,
                          view_.oneShotMaxBytes);
-    if (kind == CollKind::kAllReduce && small.value() == Algorithm::kRing)
-      table += "(recursive doubling)";
   }
   if (view_.shapes) {
     const Shapes& s = *view_.shapes;

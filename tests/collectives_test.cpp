@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <tuple>
 
@@ -21,12 +22,29 @@ struct Param {
   int nranks;
 };
 
-// "direct" / "ring": TRNCCL_ALGO. "trn2": the trn2.48xlarge preset with the ring family.
-// "torus16", "torus2x16", "hier2x16", "hier2x3", "hier322": the topology-shaped algorithms
-// (see below). "efa-net"
-// / "efa-tcp" / "efa-shm": every peer over libfabric with that provider (net, tcp;ofi_rxm, shm).
-// "nodes": ranks alternate between two emulated nodes, efa between them over the provider trnccl
-// picks by default. TRNCCL_STREAM_COPY_BYTES is low under "direct" and "ring" (see below).
+// "rd", "rhd", "bruck", "binomial" (and "<name>-nodes", over 2 emulated nodes): that
+// algorithm forced for the collectives it exists for (AlgorithmConfig below); the other
+// collectives' tests are skipped there. "direct" / "ring": TRNCCL_ALGO. "trn2": the trn2.48xlarge
+// preset with the ring family. "torus16", "torus2x16", "hier2x16", "hier2x3", "hier322": the
+// topology-shaped algorithms (see below). "efa-net" / "efa-tcp" / "efa-shm": every peer over
+// libfabric with that provider (net, tcp;ofi_rxm, shm). "nodes": ranks alternate between two
+// emulated nodes, efa between them over the provider trnccl picks by default.
+// TRNCCL_STREAM_COPY_BYTES is low under "direct" and "ring" (see below).
+struct AlgorithmConfig {
+  std::vector<const char*> kinds;  // TRNCCL_ALGO collective names
+  std::vector<const char*> tests;  // the tests (name prefixes) that exercise them
+};
+const AlgorithmConfig* algorithmConfig(const std::string& config) {
+  static const std::map<std::string, AlgorithmConfig> configs = {
+      {"rd", {{"allreduce"}, {"AllReduce"}}},
+      {"rhd", {{"allreduce"}, {"AllReduce"}}},
+      {"bruck", {{"allgather"}, {"AllGather"}}},
+      {"binomial", {{"broadcast", "reduce"}, {"Broadcast", "Reduce"}}},
+  };
+  auto it = configs.find(config.substr(0, config.find('-')));
+  return it == configs.end() ? nullptr : &it->second;
+}
+
 void configureRank(const std::string& config, int rank) {
   setenv("FI_TCP_IFACE", "lo", 1);  // loopback only, for tcp and for net
   setenv("FI_NET_IFACE", "lo", 1);
@@ -65,6 +83,20 @@ void configureRank(const std::string& config, int rank) {
     // linked chips and over shm between the others.
     setenv("TRNCCL_TOPO_PRESET", "trn2.48xlarge", 1);
     setenv("TRNCCL_ALGO", "ring", 1);
+  } else if (algorithmConfig(config)) {
+    // One latency-form algorithm forced for the collectives that have it (named per
+    // collective, so a refusal fails the test); half the ranks on a second emulated node when
+    // the config ends in "-nodes" (efa between them).
+    const std::string name = config.substr(0, config.find('-'));
+    std::string forced;
+    for (const char* kind : algorithmConfig(config)->kinds) {
+      if (!forced.empty()) forced += ";";
+      forced += std::string(kind) + ":" + name;
+    }
+    setenv("TRNCCL_ALGO", forced.c_str(), 1);
+    if (config.find("-nodes") != std::string::npos)
+      setenv("TRNCCL_HOSTID", rank % 2 ? "node-b" : "node-a", 1);
+    unsetenv("TRNCCL_FI_PROVIDER");
   } else if (config == "nodes") {
     setenv("TRNCCL_HOSTID", rank % 2 ? "node-b" : "node-a", 1);
     unsetenv("TRNCCL_FI_PROVIDER");
@@ -89,6 +121,12 @@ class Collectives : public ::testing::TestWithParam<std::tuple<std::string, int>
                         test.rfind("ReduceScatter", 0) == 0 || test.rfind("Broadcast", 0) == 0;
     if (nranks() > 16 && !shaped)
       GTEST_SKIP() << "32 ranks run only the collectives with topology-shaped schedules";
+    if (const AlgorithmConfig* forced = algorithmConfig(config)) {
+      bool exercised = false;
+      for (const char* prefix : forced->tests)
+        exercised |= test.rfind(prefix, 0) == 0 && test.rfind("ReduceScatter", 0) != 0;
+      if (!exercised) GTEST_SKIP() << config << " is forced only for " << forced->tests[0];
+    }
     if (quickMode() && config == "nodes" && nranks() != 4)
       GTEST_SKIP() << "quick mode: emulated nodes run with 4 ranks only";
     auto outcomes = withComm(
@@ -157,8 +195,9 @@ TEST_P(Collectives, AllReduce) {
   });
 }
 
-// The ring family switches from recursive doubling to the ring above 256 KiB: both sides of
-// the limit, whatever the sweep's counts (the sanitizer pass keeps only small ones).
+// The planner switches from recursive doubling to the ring above 256 KiB off a single node:
+// both sides of the limit for every configuration's algorithm, whatever the sweep's counts
+// (the sanitizer pass keeps only small ones).
 TEST_P(Collectives, AllReduceAroundTheRecursiveDoublingLimit) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
     AllReduceCheck check;
@@ -383,10 +422,26 @@ std::string paramName(const ::testing::TestParamInfo<std::tuple<std::string, int
   return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
 }
 
+// paramName for configurations whose names have dashes (not allowed in test names).
+std::string identifierName(const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+  std::string name = paramName(info);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Sweep, Collectives,
                          ::testing::Combine(::testing::Values("direct", "ring"),
                                             ::testing::Values(1, 2, 3, 4, 5, 8)),
                          paramName);
+INSTANTIATE_TEST_SUITE_P(Algos, Collectives,
+                         ::testing::Combine(::testing::Values("rd", "rhd", "bruck", "binomial"),
+                                            ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8)),
+                         paramName);
+INSTANTIATE_TEST_SUITE_P(AlgosNodes, Collectives,
+                         ::testing::Combine(::testing::Values("rd-nodes", "rhd-nodes",
+                                                              "bruck-nodes", "binomial-nodes"),
+                                            ::testing::Values(3, 4)),
+                         identifierName);
 INSTANTIATE_TEST_SUITE_P(Topo, Collectives,
                          ::testing::Combine(::testing::Values("trn2"), ::testing::Values(4, 5)),
                          paramName);
@@ -401,11 +456,7 @@ INSTANTIATE_TEST_SUITE_P(Efa, Collectives,
                          ::testing::Combine(::testing::Values("efa-net", "efa-tcp", "efa-shm",
                                                               "nodes"),
                                             ::testing::Values(2, 3, 4)),
-                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
-                           std::string name = paramName(info);
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         identifierName);
 
 }  // namespace
 }  // namespace trnccl::testing

@@ -111,7 +111,7 @@ TEST(Planner, FollowsTheTopologyAndRefusesShapesThatDoNotFit) {
   Shapes s = buildShapes(trn2, 0);
   auto p = plannerFor(trn2, s, 0, "", true);
   EXPECT_EQ(p.choose(CollKind::kAllReduce, 1 << 20).value(), Algorithm::kTorus);
-  EXPECT_EQ(p.choose(CollKind::kAllReduce, 1024).value(), Algorithm::kRing);  // recursive doubling
+  EXPECT_EQ(p.choose(CollKind::kAllReduce, 1024).value(), Algorithm::kRecursiveDoubling);
   EXPECT_EQ(p.choose(CollKind::kBroadcast, 1 << 20).value(), Algorithm::kRing);
   auto plain = job(1, 4, "");
   Shapes ps = buildShapes(plain, 0);

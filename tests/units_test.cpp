@@ -11,6 +11,7 @@
 
 #include "bootstrap/bootstrap.hpp"
 #include "collectives/planner.hpp"
+#include "collectives/registry.hpp"
 #include "core/copy.hpp"
 #include "core/dtype.hpp"
 #include "core/env.hpp"
@@ -223,9 +224,10 @@ TEST(Planner, OverrideGrammar) {
   EXPECT_FALSE(mixed.forKind[static_cast<int>(CollKind::kBroadcast)].has_value());
   auto excluded = parseAlgoOverrides("^direct").value();
   EXPECT_TRUE(excluded.excluded[static_cast<int>(Algorithm::kDirect)]);
-  auto bad = parseAlgoOverrides("allreduce:tree");
+  auto bad = parseAlgoOverrides("allreduce:telepathy");
   ASSERT_FALSE(bad.isOk());
-  EXPECT_NE(bad.status().message().find("unknown algorithm 'tree'"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("unknown algorithm 'telepathy'"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("rhd"), std::string::npos);  // lists the known ones
   EXPECT_FALSE(parseAlgoOverrides("allscatter:ring").isOk());
   EXPECT_FALSE(parseAlgoOverrides("^ring,^direct").isOk());
 
@@ -238,7 +240,40 @@ TEST(Planner, OverrideGrammar) {
   Planner multiNode(spread, parseAlgoOverrides("direct").value());
   EXPECT_FALSE(multiNode.choose(CollKind::kAllReduce, 8).isOk());
   Planner multiNodeDefault(spread, parseAlgoOverrides("").value());
-  EXPECT_EQ(multiNodeDefault.choose(CollKind::kAllReduce, 8).value(), Algorithm::kRing);
+  EXPECT_EQ(multiNodeDefault.choose(CollKind::kAllReduce, 8).value(),
+            Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(multiNodeDefault.choose(CollKind::kAllReduce, 1 << 20).value(), Algorithm::kRing);
+  // A collective named with an algorithm it does not have is refused, naming both.
+  Planner bruckForAllReduce(spread, parseAlgoOverrides("allreduce:bruck").value());
+  auto refused = bruckForAllReduce.choose(CollKind::kAllReduce, 8);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("bruck"), std::string::npos);
+  // The global form applies only where the algorithm exists.
+  Planner bruckEverywhere(spread, parseAlgoOverrides("bruck").value());
+  EXPECT_EQ(bruckEverywhere.choose(CollKind::kAllGather, 8).value(), Algorithm::kBruck);
+  EXPECT_EQ(bruckEverywhere.choose(CollKind::kAllReduce, 8).value(), Algorithm::kRecursiveDoubling);
+}
+
+// Every algorithm the registry lists is reachable by its name and each alias, and has a
+// schedule for at least one collective.
+TEST(Planner, RegistryNamesEveryAlgorithm) {
+  ASSERT_EQ(algorithms().size(), static_cast<size_t>(Algorithm::kCount));
+  for (const auto& info : algorithms()) {
+    EXPECT_EQ(algorithmFromName(info.name), info.algo) << info.name;
+    EXPECT_STREQ(algorithmName(info.algo), info.name);
+    std::string aliases = info.aliases;
+    for (size_t start = 0; start < aliases.size();) {
+      size_t comma = std::min(aliases.find(',', start), aliases.size());
+      EXPECT_EQ(algorithmFromName(aliases.substr(start, comma - start)), info.algo) << aliases;
+      start = comma + 1;
+    }
+    bool hasSchedule = false;
+    for (int k = 0; k < static_cast<int>(CollKind::kCount); ++k)
+      hasSchedule |= builderFor(static_cast<CollKind>(k), info.algo) != nullptr;
+    EXPECT_TRUE(hasSchedule) << info.name;
+  }
+  EXPECT_FALSE(algorithmFromName("").has_value());
+  EXPECT_FALSE(algorithmFromName("rin").has_value());
 }
 
 TEST(UniqueId, HexRoundTripAndValidation) {

@@ -4,7 +4,6 @@
 // communicator's ring order (along NeuronLinks inside a node that has them). Each part's final
 // value is computed by one rank and copied to the others, so results are bitwise identical on
 // every rank; fp16/bf16 partial sums are rounded at each hop (unlike the direct algorithm).
-// Calls of at most kRecursiveDoublingMaxBytes go by recursive doubling instead (fewer rounds).
 #include "collectives/direct_rounds.hpp"
 #include "collectives/ring_group.hpp"
 
@@ -20,7 +19,6 @@ Status allReduceRing(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
     b.copy(a.recvbuff, a.sendbuff, a.count * esize);
     return Status::ok();
   }
-  if (a.count * esize <= kRecursiveDoublingMaxBytes) return allReduceRecursiveDoubling(b, a, c);
   const std::vector<Span> parts = splitParts(0, a.count, c.nranks);
   ringReduceScatterParts(b, c.ring, a, a.sendbuff, a.recvbuff, parts,
                          a.op == trncclAvg ? c.nranks : 0);

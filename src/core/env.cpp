@@ -40,8 +40,10 @@ const Var kTransport{"TRNCCL_TRANSPORT", Kind::kString, "",
                      "Empty = every transport built in (shm inside a node, efa between "
                      "nodes); 'efa' alone sends every peer's traffic through libfabric."};
 const Var kAlgo{"TRNCCL_ALGO", Kind::kString, "",
-                "Algorithm override: 'ring', 'direct', or per collective "
-                "'allreduce:ring;allgather:direct'. Empty = planner's choice."};
+                "Algorithm override: one name for every collective that has it (ring, "
+                "direct, hierarchical, torus, rd, rhd, bruck, binomial), per collective "
+                "'allreduce:rhd;allgather:bruck', or '^direct' to exclude one. Empty = "
+                "planner's choice."};
 const Var kShmChunkBytes{"TRNCCL_SHM_CHUNK_BYTES", Kind::kBytes, "256K",
                          "Bytes per rank in each shared-window pipeline chunk (two chunks per "
                          "rank are staged). Keep all ranks' chunks inside the last-level cache."};
