@@ -1,6 +1,8 @@
 #include "collectives/planner.hpp"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "collectives/registry.hpp"
 #include "collectives/shapes.hpp"
@@ -68,10 +70,38 @@ Result<AlgoOverrides> parseAlgoOverrides(const std::string& text) {
   return overrides;
 }
 
-Planner::Planner(CommView view, AlgoOverrides overrides)
-    : view_(std::move(view)), overrides_(overrides) {
+namespace {
+
+int bucketOf(size_t bytes) {
+  if (bytes == 0) return 0;
+  int bucket = 1;
+  while (bucket < Planner::kBuckets - 1 && (size_t{1} << (bucket - 1)) < bytes) ++bucket;
+  return bucket;
+}
+// The size a bucket is planned at: its upper end, so that limits at powers of two (the
+// direct protocols' switch points) hold exactly.
+size_t bucketBytes(int bucket) {
+  return bucket == 0 ? 0 : size_t{1} << (bucket - 1);
+}
+
+}  // namespace
+
+Planner::Planner(CommView view, AlgoOverrides overrides, CostParams costs)
+    : view_(std::move(view)), overrides_(overrides), costs_(std::move(costs)) {
   hierarchicalFits_ = view_.shapes && view_.shapes->hierarchical.fits;
   torusFits_ = view_.shapes && view_.shapes->torus.fits;
+  shape_ = planShapeOf(view_);
+  for (int k = 0; k < static_cast<int>(CollKind::kCount); ++k) {
+    const auto kind = static_cast<CollKind>(k);
+    for (int bucket = 0; bucket < kBuckets; ++bucket) {
+      // Empty calls go as the smallest ones do; all-to-all-v, whose sizes differ between
+      // ranks, always plans at 0 (every rank must choose alike).
+      const size_t planned = bucket == 0 && kind != CollKind::kAllToAllv ? 1 : bucketBytes(bucket);
+      const auto options = ranked(kind, planned);
+      // Nothing modeled (send/receive; everything excluded): the ring family runs anything.
+      table_[k][bucket] = options.empty() ? Algorithm::kRing : options.front().algo;
+    }
+  }
 }
 
 bool Planner::runs(CollKind kind, Algorithm algo, std::string* whyNot) const {
@@ -95,27 +125,46 @@ bool Planner::runs(CollKind kind, Algorithm algo, std::string* whyNot) const {
   }
 }
 
-// Without a cost model yet (issue 16), fixed preferences: windows inside a node without a
-// device graph; with one, schedules whose messages follow the links (torus when the ranks
-// fill the torus, else rings in link order); across nodes, hierarchical where it exists.
-// Small all-reduces keep recursive doubling (the ring family's form up to its limit). bytes is
-// per peer for all-to-all, and 0 for all-to-all-v (whose sizes differ between ranks, which
-// must all choose alike): all-to-all-v across nodes is always node-aggregated.
-Algorithm Planner::preferred(CollKind kind, size_t bytes) const {
-  const bool small = kind == CollKind::kAllReduce && bytes <= kRecursiveDoublingMaxBytes;
-  const bool allToAll = kind == CollKind::kAllToAll || kind == CollKind::kAllToAllv;
+size_t Planner::callBytes(CollKind kind, size_t bytes) const {
+  const bool perRank = kind == CollKind::kAllGather || kind == CollKind::kReduceScatter ||
+                       kind == CollKind::kAllToAll;
+  return perRank ? bytes * static_cast<size_t>(view_.nranks) : bytes;
+}
+
+std::vector<Candidate> Planner::ranked(CollKind kind, size_t callBytes) const {
+  std::vector<Candidate> options;
   std::string unused;
-  auto usable = [&](Algorithm algo) {
-    return !overrides_.excluded[static_cast<int>(algo)] && runs(kind, algo, &unused);
-  };
-  if (view_.allLocal && !view_.deviceLinks && usable(Algorithm::kDirect)) return Algorithm::kDirect;
-  if (!small && view_.deviceLinks && usable(Algorithm::kTorus)) return Algorithm::kTorus;
-  if (!small && !view_.allLocal && usable(Algorithm::kHierarchical) &&
-      (!allToAll || bytes * view_.nranks <= kNodeAggregatedMaxBytes))
-    return Algorithm::kHierarchical;
-  if (small && usable(Algorithm::kRecursiveDoubling)) return Algorithm::kRecursiveDoubling;
-  if (!overrides_.excluded[static_cast<int>(Algorithm::kRing)]) return Algorithm::kRing;
-  return usable(Algorithm::kDirect) ? Algorithm::kDirect : Algorithm::kRing;
+  for (const auto& info : algorithms()) {
+    if (overrides_.excluded[static_cast<int>(info.algo)] || !runs(kind, info.algo, &unused))
+      continue;
+    const double us =
+        modeledUs(info.algo, kind, callBytes, shape_, costs_, pipelineChunks(view_, callBytes));
+    if (std::isfinite(us)) options.push_back({info.algo, us});
+  }
+  // Stable: on a tie the registry's order decides (the simpler algorithm first).
+  std::stable_sort(options.begin(), options.end(),
+                   [](const Candidate& x, const Candidate& y) { return x.us < y.us; });
+  return options;
+}
+
+size_t Planner::representative(const PlanRange& range) {
+  if (range.toBytes != kPlanMaxBytes) return range.toBytes;
+  return std::max(range.fromBytes, size_t{1} << 30);
+}
+
+std::vector<PlanRange> Planner::ranges(CollKind kind) const {
+  std::vector<PlanRange> result;
+  const int k = static_cast<int>(kind);
+  for (int bucket = 0; bucket < kBuckets; ++bucket) {
+    const Algorithm algo = table_[k][bucket];
+    const size_t from = bucket == 0 ? 0 : bucketBytes(bucket - 1) + 1;
+    const size_t to = bucket == kBuckets - 1 ? kPlanMaxBytes : bucketBytes(bucket);
+    if (!result.empty() && result.back().algo == algo)
+      result.back().toBytes = to;
+    else
+      result.push_back({from, to, algo});
+  }
+  return result;
 }
 
 Result<Algorithm> Planner::choose(CollKind kind, size_t bytes) const {
@@ -133,7 +182,7 @@ Result<Algorithm> Planner::choose(CollKind kind, size_t bytes) const {
       return makeError(Code::kInvalidUsage, "TRNCCL_ALGO asks for the %s algorithm for %s, but %s",
                        algorithmName(*forced), collName(kind), whyNot.c_str());
   }
-  return preferred(kind, bytes);
+  return table_[k][bucketOf(callBytes(kind, bytes))];
 }
 
 Status Planner::build(ScheduleBuilder& b, const CollArgs& a, Algorithm algo) const {
@@ -148,29 +197,26 @@ Status Planner::build(ScheduleBuilder& b, const CollArgs& a, Algorithm algo) con
 std::string Planner::planTable() const {
   std::string table;
   for (int k = 0; k < static_cast<int>(CollKind::kSendRecv); ++k) {
-    auto kind = static_cast<CollKind>(k);
-    // The sizes where the preferences change: all-reduce at the recursive-doubling limit,
-    // all-to-all at kNodeAggregatedMaxBytes per rank (bytes here are per peer).
-    const bool allToAll = kind == CollKind::kAllToAll;
-    const size_t limit =
-        allToAll ? kNodeAggregatedMaxBytes / std::max(1, view_.nranks) : kRecursiveDoublingMaxBytes;
-    auto small = choose(kind, 0);
-    auto large = choose(kind, kind == CollKind::kAllToAllv ? 0 : limit + 1);
+    const auto kind = static_cast<CollKind>(k);
     if (!table.empty()) table += " ";
     table += strformat("%s=", collName(kind));
-    if (!small.isOk() || !large.isOk()) {
-      table += "refused(" + (small.isOk() ? large : small).status().message() + ")";
-      continue;
+    const auto& forced = overrides_.forKind[k];
+    if (forced) {
+      auto chosen = choose(kind, 0);
+      if (!chosen.isOk()) {
+        table += "refused(" + chosen.status().message() + ")";
+        continue;
+      }
+      if (chosen.value() == *forced) {
+        table += strformat("%s(TRNCCL_ALGO)", algorithmName(*forced));
+        continue;
+      }
     }
-    if (small.value() != large.value())
-      table += strformat("%s<=%zuB%s,%s above", algorithmName(small.value()),
-                         allToAll ? kNodeAggregatedMaxBytes : limit, allToAll ? " per rank" : "",
-                         algorithmName(large.value()));
-    else
-      table += algorithmName(small.value());
-    if (kind == CollKind::kAllReduce && small.value() == Algorithm::kDirect)
-      table += strformat("(lines<=%zuB,one-shot<=%zuB,two-shot above)", view_.llMaxBytes,
-                         view_.oneShotMaxBytes);
+    const auto plan = ranges(kind);
+    for (size_t i = 0; i < plan.size(); ++i) {
+      table += algorithmName(plan[i].algo);
+      if (i + 1 < plan.size()) table += "<=" + sizeText(plan[i].toBytes) + ",";
+    }
   }
   if (view_.shapes) {
     const Shapes& s = *view_.shapes;
@@ -181,7 +227,33 @@ std::string Planner::planTable() const {
     table +=
         s.torus.fits ? "; torus " + s.torus.describe : "; torus does not fit: " + s.torus.whyNot;
   }
-  return table;
+  return table + "; sizes as nccl-tests counts them; costs: " + costs_.origin;
+}
+
+std::vector<std::string> Planner::planDetails() const {
+  std::vector<std::string> lines;
+  for (int k = 0; k < static_cast<int>(CollKind::kSendRecv); ++k) {
+    const auto kind = static_cast<CollKind>(k);
+    for (const PlanRange& range : ranges(kind)) {
+      const size_t at = representative(range);
+      std::string line =
+          strformat("%s %s%s%s%s: %s", collName(kind), range.fromBytes == 0 ? "" : ">",
+                    sizeText(range.fromBytes == 0 ? 0 : range.fromBytes - 1).c_str(),
+                    range.toBytes == kPlanMaxBytes ? "" : "..",
+                    range.toBytes == kPlanMaxBytes ? "" : sizeText(range.toBytes).c_str(),
+                    algorithmName(range.algo));
+      const auto options = ranked(kind, at);
+      if (!options.empty()) {
+        line += " (modeled at " + sizeText(at) + ":";
+        for (size_t i = 0; i < options.size(); ++i)
+          line += strformat("%s %s %.1f us", i == 0 ? "" : ",", algorithmName(options[i].algo),
+                            options[i].us);
+        line += ")";
+      }
+      lines.push_back(line);
+    }
+  }
+  return lines;
 }
 
 }  // namespace trnccl

@@ -1,12 +1,14 @@
-// The planner: picks the algorithm for each call from the communicator's shape and the
-// message size, honouring TRNCCL_ALGO (or the config's algorithm string). Every decision the
-// library makes about algorithms is in planner.cpp.
+// The planner: picks, for each call, the algorithm with the least modeled time
+// (cost_model.hpp) for the communicator's shape and the call's size, honouring TRNCCL_ALGO (or
+// the config's algorithm string). Every decision the library makes about algorithms is here.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
 #include "collectives/algorithm.hpp"
+#include "collectives/cost_model.hpp"
 
 namespace trnccl {
 
@@ -19,30 +21,66 @@ struct AlgoOverrides {
   bool excluded[static_cast<int>(Algorithm::kCount)] = {};
 };
 
-// Grammar: "ring" | "direct" | "hierarchical" (or "hier") | "torus" |
-// "allreduce:ring;allgather:direct" | "^direct" (never direct). Collective names: allreduce,
+// Grammar: an algorithm name (collectives/registry.cpp) for every collective that has it |
+// "allreduce:rhd;allgather:bruck" | "^direct" (never direct). Collective names: allreduce,
 // allgather, reducescatter, broadcast, reduce, alltoall, alltoallv, barrier.
 Result<AlgoOverrides> parseAlgoOverrides(const std::string& text);
 
+// One planned choice: an algorithm and its modeled time for a call size.
+struct Candidate {
+  Algorithm algo;
+  double us;
+};
+
+// A run of call sizes (as nccl-tests counts them) with the same choice.
+struct PlanRange {
+  size_t fromBytes, toBytes;  // inclusive; the last range ends at Planner::kPlanMaxBytes
+  Algorithm algo;
+};
+
 class Planner {
  public:
-  Planner(CommView view, AlgoOverrides overrides);
+  Planner(CommView view, AlgoOverrides overrides, CostParams costs = machineCosts());
+  // bytes: count * element size as the call gives it (per rank for all-gather and
+  // reduce-scatter, per peer for all-to-all, 0 for all-to-all-v).
   Result<Algorithm> choose(CollKind kind, size_t bytes) const;
   // Builds the schedule for a call with the chosen algorithm.
   Status build(ScheduleBuilder& b, const CollArgs& a, Algorithm algo) const;
-  // "AllReduce=direct(...) ..." for INFO at init, with why topology-shaped algorithms do not
-  // fit when they do not.
+  // Every algorithm that can run kind here (not excluded, fits), fastest first, for a call
+  // of callBytes (nccl-tests' size; see modeledUs).
+  std::vector<Candidate> ranked(CollKind kind, size_t callBytes) const;
+  // The planner's own choice by size, merged into ranges (TRNCCL_ALGO not applied).
+  std::vector<PlanRange> ranges(CollKind kind) const;
+  // "AllReduce=rd<=128K,hierarchical ..." for INFO at init, with why topology-shaped
+  // algorithms do not fit when they do not.
   std::string planTable() const;
+  // One line per collective and size range: the choice and the modeled times of every
+  // candidate at the range's upper end (INFO at init, `trnccl-topo --plan --verbose`).
+  std::vector<std::string> planDetails() const;
+  const CostParams& costs() const { return costs_; }
+  const PlanShape& shape() const { return shape_; }
+
+  // Buckets: 0 bytes, then (2^(i-2), 2^(i-1)] up to 16 GiB; the last takes every larger call.
+  static constexpr int kBuckets = 36;
+  static constexpr size_t kPlanMaxBytes = SIZE_MAX;  // the last range's end
+  // The size a range is shown and modeled at: its upper end, 1 GiB for the open last range
+  // (or its start, if that is larger).
+  static size_t representative(const PlanRange& range);
 
  private:
   // Whether algo exists for kind and fits this communicator; if not, why (for refusals).
   bool runs(CollKind kind, Algorithm algo, std::string* whyNot) const;
-  Algorithm preferred(CollKind kind, size_t bytes) const;
+  size_t callBytes(CollKind kind, size_t bytes) const;
 
   CommView view_;
   AlgoOverrides overrides_;
+  CostParams costs_;
+  PlanShape shape_;
   bool hierarchicalFits_ = false;
   bool torusFits_ = false;
+  // The cheapest algorithm per collective and size bucket, computed once at init: choose()
+  // is on every call's path.
+  Algorithm table_[static_cast<int>(CollKind::kCount)][kBuckets];
 };
 
 }  // namespace trnccl

@@ -25,6 +25,8 @@ struct Communicator::Settings {
   std::string algoText, transportText;
   uint64_t algoHash = 0;  // of algoText: compared between ranks, bound in the node segment
   AlgoOverrides algo;
+  // Filled by joinJob once the device graph is discovered; compared between ranks.
+  CostParams costs;
   // Filled by joinJob once the topology is known; the same on every rank.
   topology::TransportSet allowed;
   bool allLocal = false;     // one node, no pair of ranks over efa (the direct algorithms)
@@ -190,14 +192,23 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
     efa_ = std::move(opened.value());
   }
 
+  auto costs = loadCosts(discovered.value(), env::getString(env::kTuningFile));
+  TRNCCL_RETURN_IF_ERROR(costs.status());
+  s.costs = costs.value();
+
   // Second round. Ranks of other nodes cannot compare settings through the node segment.
   const uint64_t algoHash = s.algoHash;
   const uint64_t transportHash = std::hash<std::string>{}(s.transportText);
+  // What the planner's choices depend on besides the topology: the cost model and the shm
+  // protocol limits (every node's segment takes its creator's values).
+  const uint64_t planHash =
+      std::hash<std::string>{}(tuningText(s.costs) + strformat("%zu %zu %zu", s.windowBytes,
+                                                               s.oneShotMaxBytes, s.llMaxBytes));
   std::string blob;
   for (uint64_t word : {algoHash, transportHash, graphHash, static_cast<uint64_t>(myChip.value()),
-                        static_cast<uint64_t>(s.pipelineChunks)})
+                        static_cast<uint64_t>(s.pipelineChunks), planHash})
     appendWord(blob, word);
-  constexpr size_t kSettingsBytes = 5 * sizeof(uint64_t);
+  constexpr size_t kSettingsBytes = 6 * sizeof(uint64_t);
   if (efa_) blob += efa_->addressBlob();
   // The full timeout: the root reports missing ranks at 0.9 of it, before anyone gives up.
   auto blobs = session.exchange(blob, options_.timeoutSeconds);
@@ -235,6 +246,14 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
                        "(this rank: %d, rank %d: %llu); every rank must cut all-reduces alike",
                        rank_, r, s.pipelineChunks, r,
                        static_cast<unsigned long long>(wordAt(theirs, 4)));
+    if (wordAt(theirs, 5) != planHash)
+      return makeError(Code::kInvalidUsage,
+                       "rank %d and rank %d plan with different numbers (this rank: cost model "
+                       "from %s, TRNCCL_SHM_CHUNK_BYTES=%zu, TRNCCL_ONESHOT_MAX_BYTES=%zu, "
+                       "TRNCCL_LL_MAX_BYTES=%zu); set TRNCCL_TUNING_FILE and these variables "
+                       "alike on every rank",
+                       rank_, r, s.costs.origin.c_str(), s.windowBytes, s.oneShotMaxBytes,
+                       s.llMaxBytes);
     if (viaEfa[r]) {
       efaAddresses[r] = theirs.substr(kSettingsBytes);
       if (efaAddresses[r].empty())
@@ -321,7 +340,7 @@ void Communicator::buildPlanner(const Settings& s) {
   view.windowBytes = segment_.params().windowBytes;  // the creator's values bind everyone
   view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;
   view.llMaxBytes = segment_.params().llMaxBytes;
-  planner_ = std::make_unique<Planner>(view, s.algo);
+  planner_ = std::make_unique<Planner>(view, s.algo, s.costs);
 }
 
 // Oversubscription is about this machine's cores, whatever node identities say (emulated
@@ -370,6 +389,9 @@ void Communicator::logInit() const {
                 efa_->describe().c_str());
   TRNCCL_INFO(log::kInit, "%s rank %d plan: %s", options_.name.c_str(), rank_,
               planner_->planTable().c_str());
+  if (rank_ == 0)  // the same on every rank
+    for (const std::string& line : planner_->planDetails())
+      TRNCCL_INFO(log::kInit, "%s plan: %s", options_.name.c_str(), line.c_str());
 }
 
 }  // namespace trnccl

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # trnccl-topo as a user runs it: a preset's dump loads back the same, a sysfs fixture tree is
-# recognised, a job that does not fit is refused, a 1024-rank job prints at once, and --stats
-# over a real job's traffic files (TRNCCL_TRAFFIC_DIR) shows NeuronLink only on linked chips.
+# recognised, a job that does not fit is refused, a 1024-rank job prints at once, --plan gives
+# a plan for 1024 and 4096 ranks within a (generous) time bound and honours a tuning file
+# (and refuses a malformed one naming the line), and --stats over a real job's traffic files
+# (TRNCCL_TRAFFIC_DIR) shows NeuronLink only on linked chips.
 # Usage: trnccl_topo_test.sh TRNCCL_TOPO TRNCCL_RUN ALL_REDUCE_PERF FIXTURES_DIR
 set -uo pipefail
 topo="$1" run="$2" perf="$3" fixtures="$4"
@@ -37,6 +39,33 @@ start=$(date +%s%N)
 "$topo" --preset trn2.48xlarge --nodes 64 > "$tmp/big.out"
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 check "64 trn2 nodes = 1024 ranks (${ms} ms)" grep -q "1024 rank(s) on 64 node(s)" "$tmp/big.out"
+
+# The plan at scale: 64 and 256 trn2 nodes (1024 and 4096 ranks). The bound is generous (a
+# shared 2-core machine); bench/ and docs/PLANNER.md have the real figure.
+for nodes in 64 256; do
+  start=$(date +%s%N)
+  "$topo" --preset trn2.48xlarge --nodes "$nodes" --plan > "$tmp/plan$nodes.out"
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  check "plan for $((nodes * 16)) ranks in ${ms} ms (bound 5000)" test "$ms" -lt 5000
+  check "  ... names an algorithm for every collective" \
+    test "$(grep -cE '^(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|AllToAllv|Barrier) ' "$tmp/plan$nodes.out")" -ge 8
+done
+check "small and large all-reduces at 1024 ranks take different algorithms" \
+  test "$(grep -c '^AllReduce ' "$tmp/plan64.out")" -ge 2
+# A tuning file that makes efa nearly free and NeuronLink slow moves the choice (an honest
+# check that the planner reads it), and a malformed one is refused naming its line.
+printf 'trnccl-tuning 1\n# efa as fast as memory, links slow\nlink efa alpha_us=0.1 gbps=10000\nlink neuronlink alpha_us=50 gbps=0.1\n' > "$tmp/fast-efa.tuning"
+"$topo" --preset trn2.48xlarge --nodes 2 --plan > "$tmp/plan-default.out"
+"$topo" --preset trn2.48xlarge --nodes 2 --plan --tuning "$tmp/fast-efa.tuning" > "$tmp/plan-tuned.out"
+check "the tuning file is named as the costs' origin" grep -q "costs: TRNCCL_TUNING_FILE=$tmp/fast-efa.tuning" "$tmp/plan-tuned.out"
+check "  ... and changes the plan" bash -c "! diff -q <(grep '^[A-Z]' '$tmp/plan-default.out') <(grep '^[A-Z]' '$tmp/plan-tuned.out') >/dev/null"
+printf 'trnccl-tuning 1\nlink efa alpha_us=8 gbps=fast\n' > "$tmp/bad.tuning"
+if "$topo" --plan --tuning "$tmp/bad.tuning" > /dev/null 2> "$tmp/bad.err"; then
+  echo "FAILED: a malformed tuning file was accepted"; fail=1
+else
+  check "a malformed tuning file is refused naming the line and the field" \
+    grep -q "bad.tuning line 2: gbps='fast' is not a positive number" "$tmp/bad.err"
+fi
 
 mkdir "$tmp/traffic"
 TRNCCL_TOPO_PRESET=trn2.48xlarge TRNCCL_ALGO=ring TRNCCL_TRAFFIC_DIR="$tmp/traffic" \

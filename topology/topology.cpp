@@ -1,13 +1,13 @@
 #include "topology/topology.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "core/text_file.hpp"
 #include "topology/neuron_sysfs.hpp"
 #include "topology/nic_locality.hpp"
 #include "topology/presets.hpp"
@@ -58,16 +58,14 @@ Result<TransportSet> parseTransportList(const std::string& text) {
 Result<Discovery> discoverDevices(bool withHostNics) {
   Discovery found;
   if (std::string path = env::getString(env::kTopoFile); !path.empty()) {
-    std::ifstream in(path);
-    if (!in)
+    auto text = readTextFile(path);
+    if (!text.isOk())
       return makeError(Code::kInvalidArgument,
-                       "TRNCCL_TOPO_FILE=%s cannot be read; point it at a topology file "
-                       "(docs/TOPOLOGY.md) or unset it",
-                       path.c_str());
-    std::stringstream text;
-    text << in.rdbuf();
+                       "TRNCCL_TOPO_FILE: %s; point it at a topology file (docs/TOPOLOGY.md) or "
+                       "unset it",
+                       text.status().message().c_str());
     found.source = "TRNCCL_TOPO_FILE=" + path;
-    auto graph = parseText(text.str(), found.source);
+    auto graph = parseText(text.value(), found.source);
     TRNCCL_RETURN_IF_ERROR(graph.status());
     found.kind = Discovery::Kind::kFile;
     found.graph = std::move(graph.value());

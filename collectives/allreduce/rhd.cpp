@@ -4,10 +4,10 @@
 // between the ring (bandwidth, many rounds) and recursive doubling (few rounds, log2(n) whole
 // buffers). With n not a power of two, the first 2r ranks (r = n - p2) pair up first: the even
 // one hands its input to the odd one and gets the result back at the end, so those pairs move
-// the whole buffer twice more. Ranks are numbered in the communicator's ring order, so the
-// last halving and the first doubling round (the largest messages) go between link
-// neighbours. Each part's final value is computed on one rank and copied to the others: results
-// are bitwise identical on every rank.
+// the whole buffer twice more. Ranks are numbered in the communicator's ring order, and the
+// rounds with the largest messages pair ring neighbours (link neighbours inside a node). Each
+// part's final value is computed on one rank and copied to the others: results are bitwise
+// identical on every rank.
 #include "collectives/direct_rounds.hpp"
 #include "collectives/ring_group.hpp"
 
@@ -48,8 +48,10 @@ Status allReduceRhd(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
 
   // Halving: this rank's blocks [lo, lo + width) shrink to the half its bit of `mask` names;
   // it sends the other half to the partner and reduces the partner's copy of its own half.
+  // The nearest partner (mask 1) comes first, so the largest messages go between neighbours
+  // and the rounds that cross nodes carry the smallest.
   int lo = 0, width = p2;
-  for (int mask = p2 / 2; mask >= 1; mask /= 2) {
+  for (int mask = 1; mask < p2; mask *= 2) {
     const int partner = rankOf(v ^ mask);
     const int half = width / 2;
     const int keep = (v & mask) ? lo + half : lo, give = (v & mask) ? lo : lo + half;
@@ -57,13 +59,14 @@ Status allReduceRhd(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
     b.send(partner, at(partial, give), span(give, half) * esize);
     b.recv(partner, at(a.recvbuff, keep), span(keep, half) * esize,
            RecvAction{RecvAction::Kind::kReduce, a.dtype, a.op, at(partial, keep),
-                      mask == 1 ? avgDivisor : 0});
+                      mask == p2 / 2 ? avgDivisor : 0});
     lo = keep;
     width = half;
     partial = a.recvbuff;
   }
-  // Doubling: the partner holds the neighbouring run of blocks of the same width.
-  for (int mask = 1; mask < p2; mask *= 2) {
+  // Doubling, the halving's rounds in reverse: the partner holds the neighbouring run of
+  // blocks of the same width.
+  for (int mask = p2 / 2; mask >= 1; mask /= 2) {
     const int partner = rankOf(v ^ mask);
     const int theirs = (v & mask) ? lo - width : lo + width;
     ConcurrentSteps together(b);

@@ -132,6 +132,10 @@ const Var kPipelineChunks{"TRNCCL_PIPELINE_CHUNKS", Kind::kInt, "0",
                           "Slices a hierarchical or torus all-reduce is cut into, so that one "
                           "slice's exchange between nodes overlaps the next slice's phase "
                           "inside the node. 0 = one slice per MiB, at most 32."};
+const Var kTuningFile{"TRNCCL_TUNING_FILE", Kind::kString, "",
+                      "A tuning file (docs/PLANNER.md; written by trnccl-tune) whose latencies "
+                      "and bandwidths replace the cost model's defaults; every rank must read "
+                      "the same numbers."};
 const Var kTestQuick{"TRNCCL_TEST_QUICK", Kind::kBool, "0",
                      "Test suite only: a shorter sweep (no 1 Mi-element counts; libfabric "
                      "configurations with 3 ranks only), for the sanitizer passes."};
@@ -172,6 +176,7 @@ const std::vector<const Var*>& all() {
                                                &kNeuronDevices,
                                                &kTrafficDir,
                                                &kPipelineChunks,
+                                               &kTuningFile,
                                                &kTestQuick,
                                                &kTestWide};
   return vars;

@@ -55,6 +55,8 @@ extern const Var kNeuronSysfs;
 extern const Var kNeuronDevices;
 extern const Var kTrafficDir;
 extern const Var kPipelineChunks;
+// The planner's cost model (docs/PLANNER.md).
+extern const Var kTuningFile;
 // The test suite.
 extern const Var kTestQuick;
 extern const Var kTestWide;

@@ -35,4 +35,14 @@ Status makeError(Code code, const char* fmt, ...) {
   return Status(code, std::move(message));
 }
 
+std::string sizeText(size_t bytes) {
+  const char* units[] = {"", "K", "M", "G", "T"};
+  int unit = 0;
+  while (unit < 4 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return strformat("%zu%s", bytes, units[unit]);
+}
+
 }  // namespace trnccl

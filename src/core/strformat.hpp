@@ -11,4 +11,7 @@ std::string vstrformat(const char* fmt, va_list args);
 
 __attribute__((format(printf, 1, 2))) std::string strformat(const char* fmt, ...);
 
+// 0, 1, 512, 1K, 64K, 3M, 1G, 1T: powers of two in the unit that keeps them whole, else bytes.
+std::string sizeText(size_t bytes);
+
 }  // namespace trnccl

@@ -23,6 +23,23 @@ std::string expandPathPattern(const std::string& pattern, const std::string& hos
   return expanded;
 }
 
+Result<std::string> readTextFile(const std::string& path) {
+  FILE* in = std::fopen(path.c_str(), "r");
+  if (!in)
+    return makeError(Code::kSystemError, "cannot read %s: %s", path.c_str(), std::strerror(errno));
+  std::string text;
+  char buffer[4096];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), in)) > 0) text.append(buffer, got);
+  const bool failed = std::ferror(in) != 0;
+  const int savedErrno = errno;
+  std::fclose(in);
+  if (failed)
+    return makeError(Code::kSystemError, "cannot read %s: %s", path.c_str(),
+                     std::strerror(savedErrno));
+  return text;
+}
+
 Status writeTextFile(const std::string& path, const std::string& text) {
   FILE* out = std::fopen(path.c_str(), "w");
   if (!out)

@@ -1,7 +1,7 @@
 // trnccl-topo: the topology trnccl sees (nodes, ranks, chips, NeuronLinks, NICs) for this
 // machine, a topology file or a preset at any node count; --dump writes it in the
-// TRNCCL_TOPO_FILE format; --stats sums the traffic files ranks wrote (TRNCCL_TRAFFIC_DIR) per
-// link.
+// TRNCCL_TOPO_FILE format; --plan prints the planner's choices and modeled times for it;
+// --stats sums the traffic files ranks wrote (TRNCCL_TRAFFIC_DIR) per link.
 #include <dirent.h>
 
 #include <cstdio>
@@ -13,6 +13,9 @@
 #include <string>
 #include <tuple>
 
+#include "collectives/planner.hpp"
+#include "collectives/registry.hpp"
+#include "collectives/shapes.hpp"
 #include "core/env.hpp"
 #include "core/text_file.hpp"
 #include "topology/topology.hpp"
@@ -23,7 +26,8 @@ namespace {
 
 const char* kUsage =
     "usage: trnccl-topo [--file PATH | --preset NAME] [--nodes N] [--ranks-per-node N]\n"
-    "                   [--dump FILE]\n"
+    "                   [--dump FILE] [--plan [--verbose] [--costs hardware|machine]\n"
+    "                   [--tuning FILE]]\n"
     "       trnccl-topo --stats DIR\n"
     "\n"
     "Prints the topology trnccl discovers: where it came from, the chips of each node, their\n"
@@ -34,7 +38,14 @@ const char* kUsage =
     "(TRNCCL_NEURON_SYSFS), else none. TRNCCL_NEURON_DEVICES maps local ranks to chips.\n"
     "  --dump FILE   also write the topology in the TRNCCL_TOPO_FILE format (loads back the same)\n"
     "  --stats DIR   sum the files a job wrote with TRNCCL_TRAFFIC_DIR=DIR: messages and bytes\n"
-    "                per link (chip pair) and per transport\n";
+    "                per link (chip pair) and per transport\n"
+    "  --plan        the plan for that job: per collective and size range (sizes as nccl-tests\n"
+    "                counts them) the algorithm the cost model picks, its modeled time and\n"
+    "                bus bandwidth at the range's upper end (docs/PLANNER.md)\n"
+    "  --verbose     with --plan: every candidate's modeled time per range\n"
+    "  --costs KIND  hardware: the device graph's link and NIC figures (the default when there\n"
+    "                are chips); machine: this machine's measured defaults (what a job here uses)\n"
+    "  --tuning FILE a tuning file (trnccl-tune, TRNCCL_TUNING_FILE) over those defaults\n";
 
 int stats(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
@@ -98,9 +109,80 @@ int stats(const std::string& dir) {
 
 }  // namespace
 
+// nccl-tests' bus bandwidth factor: what each rank's links carry relative to the call size.
+double busFactor(CollKind kind, int n) {
+  switch (kind) {
+    case CollKind::kAllReduce: return 2.0 * (n - 1) / n;
+    case CollKind::kAllGather:
+    case CollKind::kReduceScatter:
+    case CollKind::kAllToAll:
+    case CollKind::kAllToAllv: return static_cast<double>(n - 1) / n;
+    default: return 1.0;
+  }
+}
+
+int printPlan(const topology::Topology& topo, const CostParams& costs, bool verbose) {
+  const int rank = 0;  // every rank plans alike
+  CommView view;
+  view.rank = rank;
+  view.nranks = topo.nranks();
+  view.allLocal = topo.nnodes() == 1;
+  view.deviceLinks = false;
+  for (int r : topo.ranksOfNode(0))
+    if (r != rank && topo.linkBetween(rank, r)) view.deviceLinks = true;
+  view.ring = RingGroup::of(topo.ringOrder(), rank);
+  view.topology = &topo;
+  const Shapes shapes = buildShapes(topo, rank);
+  view.shapes = &shapes;
+  for (auto [var, into] : {std::pair{&env::kShmChunkBytes, &view.windowBytes},
+                           std::pair{&env::kOneShotMaxBytes, &view.oneShotMaxBytes},
+                           std::pair{&env::kLLMaxBytes, &view.llMaxBytes}}) {
+    auto value = env::getInt(*var);
+    if (!value.isOk()) {
+      std::fprintf(stderr, "trnccl-topo: %s\n", value.status().message().c_str());
+      return 1;
+    }
+    *into = static_cast<size_t>(value.value());
+  }
+  auto overrides = parseAlgoOverrides(env::getString(env::kAlgo));
+  if (!overrides.isOk()) {
+    std::fprintf(stderr, "trnccl-topo: %s\n", overrides.status().message().c_str());
+    return 1;
+  }
+  const Planner planner(view, overrides.value(), costs);
+  std::printf("\nplan for %d rank(s) on %d node(s); costs: %s\n%s", view.nranks, topo.nnodes(),
+              costs.origin.c_str(), tuningText(costs).c_str());
+  std::printf("%-14s %-18s %-13s %10s %12s %12s\n", "collective", "sizes", "algorithm",
+              "modeled at", "time (us)", "busbw (GB/s)");
+  for (int k = 0; k < static_cast<int>(CollKind::kSendRecv); ++k) {
+    const auto kind = static_cast<CollKind>(k);
+    for (const PlanRange& range : planner.ranges(kind)) {
+      // A barrier has no size: its one row is modeled at 0 bytes.
+      const size_t at = kind == CollKind::kBarrier ? 0 : planner.representative(range);
+      const auto options = planner.ranked(kind, at);
+      const double us = options.empty() ? 0 : options.front().us;
+      const double busbw = us > 0 ? at / us / 1e3 * busFactor(kind, view.nranks) : 0;
+      // Ranges meet at powers of two: (previous end, end].
+      std::string sizes = range.fromBytes == 0 ? "0" : ">";
+      if (range.fromBytes > 0) sizes += sizeText(range.fromBytes - 1);
+      if (range.toBytes != Planner::kPlanMaxBytes)
+        sizes += ".." + sizeText(range.toBytes);
+      else if (range.fromBytes == 0)
+        sizes = "all";
+      std::printf("%-14s %-18s %-13s %10s %12.1f %12.2f\n", collName(kind), sizes.c_str(),
+                  algorithmName(range.algo), sizeText(at).c_str(), us, busbw);
+    }
+  }
+  if (verbose)
+    for (const std::string& line : planner.planDetails()) std::printf("  %s\n", line.c_str());
+  std::printf("TRNCCL_ALGO: %s\n", planner.planTable().c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  std::string file, presetName, dumpPath, statsDir;
+  std::string file, presetName, dumpPath, statsDir, costsKind, tuningPath;
   int nodes = 1, ranksPerNode = 0;
+  bool plan = false, verbose = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -125,6 +207,18 @@ int main(int argc, char** argv) {
       dumpPath = value();
     } else if (arg == "--stats") {
       statsDir = value();
+    } else if (arg == "--plan") {
+      plan = true;
+    } else if (arg == "--verbose") {
+      verbose = true;
+    } else if (arg == "--costs") {
+      costsKind = value();
+      if (costsKind != "hardware" && costsKind != "machine") {
+        std::fprintf(stderr, "trnccl-topo: --costs takes hardware or machine\n");
+        return 2;
+      }
+    } else if (arg == "--tuning") {
+      tuningPath = value();
     } else {
       std::fprintf(stderr, "trnccl-topo: unknown argument '%s'\n%s", arg.c_str(), kUsage);
       return 2;
@@ -179,5 +273,22 @@ int main(int argc, char** argv) {
     }
     std::printf("written to %s\n", dumpPath.c_str());
   }
-  return 0;
+  if (!plan) return 0;
+  if (costsKind.empty()) costsKind = graph.empty() ? "machine" : "hardware";
+  if (costsKind == "hardware" && graph.empty()) {
+    std::fprintf(stderr, "trnccl-topo: --costs hardware needs chips (a preset, a file or sysfs)\n");
+    return 2;
+  }
+  // A job plans with the tuning file in TRNCCL_TUNING_FILE; --tuning stands in for it.
+  if (tuningPath.empty()) tuningPath = env::getString(env::kTuningFile);
+  topology::Discovery costsFrom;  // hardware figures as for a device graph from the driver
+  costsFrom.kind = costsKind == "hardware" ? topology::Discovery::Kind::kSysfs
+                                           : topology::Discovery::Kind::kNone;
+  costsFrom.graph = graph;
+  auto costs = loadCosts(costsFrom, tuningPath);
+  if (!costs.isOk()) {
+    std::fprintf(stderr, "trnccl-topo: %s\n", costs.status().message().c_str());
+    return 1;
+  }
+  return printPlan(topo.value(), costs.value(), verbose);
 }

@@ -1,0 +1,443 @@
+#include "collectives/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "collectives/shapes.hpp"
+#include "core/strformat.hpp"
+#include "core/text_file.hpp"
+
+namespace trnccl {
+
+using topology::LinkClass;
+
+namespace {
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+
+// One message of `bytes` over a link class: alpha + bytes * beta (GB/s = 1e3 bytes/us).
+double message(const CostParams& c, LinkClass link, double bytes) {
+  const LinkCost& l = c.of(link);
+  return l.alphaUs + bytes / (l.gbps * 1e3);
+}
+double reduceUs(const CostParams& c, double bytes) {
+  return bytes / (c.reduceGBps * 1e3);
+}
+double copyUs(const CostParams& c, double bytes) {
+  return bytes / (c.copyGBps * 1e3);
+}
+int ceilLog2(int n) {
+  int rounds = 0;
+  while ((1 << rounds) < n) ++rounds;
+  return rounds;
+}
+int floorPow2(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+// The link a message between ranks `distance` apart in ring order takes. Inside a node with a
+// device graph only ring neighbours are linked (the ring follows the links); farther pairs go
+// over host shared memory. Across nodes, partners closer than a node's size share it when the
+// ring goes node by node and every node holds the same power of two of ranks; otherwise some
+// pair of the round straddles two nodes, and the round waits for it.
+LinkClass pairLink(const PlanShape& s, int distance) {
+  const bool sameNode =
+      s.nodes == 1 || (s.uniform && (s.perNode & (s.perNode - 1)) == 0 && distance < s.perNode);
+  if (!sameNode) return LinkClass::kEfa;
+  if (s.intra == LinkClass::kNeuronLink && distance != 1) return LinkClass::kShm;
+  return s.intra;
+}
+// A ring over every rank (along the links inside a node) waits for its slowest hop.
+LinkClass ringLink(const PlanShape& s) {
+  return s.nodes == 1 ? s.intra : LinkClass::kEfa;
+}
+// Schedules whose partners are arbitrary rank pairs (pairwise exchange, Bruck, dissemination).
+LinkClass anyPairLink(const PlanShape& s) {
+  return s.nodes > 1                         ? LinkClass::kEfa
+         : s.intra == LinkClass::kNeuronLink ? LinkClass::kShm
+                                             : s.intra;
+}
+
+struct Level {
+  int size;
+  LinkClass link;
+};
+
+// Reduce-scatter (or all-gather: the same messages) through levels, inner first: level i's
+// n_i - 1 rounds each move the range left after the levels before it, split n_i ways.
+double overLevels(const CostParams& c, const std::vector<Level>& levels, double bytes,
+                  bool reduces) {
+  double t = 0, part = bytes;
+  for (const Level& l : levels) {
+    if (l.size < 2) continue;
+    part /= l.size;
+    t += (l.size - 1) * (message(c, l.link, part) + c.stepUs + (reduces ? reduceUs(c, part) : 0));
+  }
+  return t;
+}
+double allReduceOverLevels(const CostParams& c, const std::vector<Level>& levels, double bytes) {
+  return overLevels(c, levels, bytes, true) + overLevels(c, levels, bytes, false);
+}
+// Pipelined over slices: a two-stage pipeline of the levels inside the node and those across,
+// each slice 1/P of the buffer: P times the slower stage plus one of the faster.
+double pipelinedAllReduce(const CostParams& c, const std::vector<Level>& levels, double bytes,
+                          int slices) {
+  std::vector<Level> inside, across;
+  for (const Level& l : levels) (l.link == LinkClass::kEfa ? across : inside).push_back(l);
+  if (slices <= 1 || across.empty() || inside.empty()) return allReduceOverLevels(c, levels, bytes);
+  // The across-node levels see the slice already split by the inner levels.
+  double innerShare = 1;
+  for (const Level& l : inside) innerShare *= l.size;
+  const double slice = bytes / slices;
+  const double a = allReduceOverLevels(c, inside, slice);
+  const double b = allReduceOverLevels(c, across, slice / innerShare);
+  return slices * std::max(a, b) + std::min(a, b);
+}
+// A chain of n ranks streaming `bytes` in window-sized pieces.
+double chain(const CostParams& c, const PlanShape& s, int n, LinkClass link, double bytes,
+             bool reduces) {
+  if (n < 2) return 0;
+  const double piece = std::min<double>(bytes, static_cast<double>(s.windowBytes));
+  const double pieces = std::max(1.0, std::ceil(bytes / static_cast<double>(s.windowBytes)));
+  return (n - 2 + pieces) *
+         (message(c, link, piece) + c.stepUs + (reduces ? reduceUs(c, piece) : 0));
+}
+// The fold of recursive doubling / halving for n not a power of two: the extra ranks hand their
+// input in before and get the result back after.
+double foldUs(const CostParams& c, const PlanShape& s, double bytes) {
+  if (floorPow2(s.nranks) == s.nranks) return 0;
+  return 2 * (message(c, pairLink(s, 1), bytes) + c.stepUs) + reduceUs(c, bytes);
+}
+
+double direct(CollKind kind, double bytes, const PlanShape& s, const CostParams& c) {
+  // With a device graph, direct's window reads would go between chips that no link joins
+  // (they bypass the transports): the planner leaves it to TRNCCL_ALGO there.
+  if (!s.allLocal || s.intra == LinkClass::kNeuronLink) return kNever;
+  const int n = s.nranks;
+  const double sync = c.syncUs;
+  const double perRank = kind == CollKind::kAllGather ? bytes / n : bytes;
+  const double rounds = std::max(1.0, std::ceil(perRank / static_cast<double>(s.windowBytes)));
+  switch (kind) {
+    case CollKind::kAllReduce:
+      if (bytes <= static_cast<double>(s.llMaxBytes)) return sync + c.stepUs;
+      if (bytes <= static_cast<double>(s.oneShotMaxBytes))
+        return 2 * sync + c.stepUs + copyUs(c, bytes) + reduceUs(c, (n - 1) * bytes);
+      return rounds * (3 * sync + c.stepUs) + copyUs(c, bytes) + reduceUs(c, bytes * (n - 1) / n) +
+             copyUs(c, bytes * (n - 1) / n);
+    case CollKind::kAllGather:
+      if (bytes / n <= static_cast<double>(s.llMaxBytes)) return sync + c.stepUs;
+      return rounds * (2 * sync + c.stepUs) + copyUs(c, bytes / n) + copyUs(c, bytes * (n - 1) / n);
+    case CollKind::kReduceScatter:
+      return rounds * (2 * sync + c.stepUs) + copyUs(c, bytes) + reduceUs(c, bytes * (n - 1) / n);
+    case CollKind::kReduce:
+      return rounds * (2 * sync + c.stepUs) + copyUs(c, bytes) + reduceUs(c, (n - 1) * bytes);
+    case CollKind::kBroadcast:
+    case CollKind::kAllToAll:
+    case CollKind::kAllToAllv: return rounds * (2 * sync + c.stepUs) + 2 * copyUs(c, bytes);
+    case CollKind::kBarrier: return sync + c.stepUs;
+    default: return kNever;
+  }
+}
+
+double ringFamily(CollKind kind, double bytes, const PlanShape& s, const CostParams& c) {
+  const int n = s.nranks;
+  const LinkClass link = ringLink(s);
+  switch (kind) {
+    case CollKind::kAllReduce: return allReduceOverLevels(c, {{n, link}}, bytes);
+    case CollKind::kAllGather: return overLevels(c, {{n, link}}, bytes, false);
+    case CollKind::kReduceScatter: return overLevels(c, {{n, link}}, bytes, true);
+    case CollKind::kBroadcast: return chain(c, s, n, link, bytes, false);
+    case CollKind::kReduce: return chain(c, s, n, link, bytes, true);
+    case CollKind::kAllToAll:
+    case CollKind::kAllToAllv: return (n - 1) * (message(c, anyPairLink(s), bytes / n) + c.stepUs);
+    case CollKind::kBarrier: return ceilLog2(n) * (message(c, anyPairLink(s), 0) + c.stepUs);
+    default: return kNever;
+  }
+}
+
+double recursiveDoubling(const PlanShape& s, const CostParams& c, double bytes) {
+  const int p2 = floorPow2(s.nranks);
+  double t = foldUs(c, s, bytes);
+  for (int mask = 1; mask < p2; mask *= 2)
+    t += message(c, pairLink(s, mask), bytes) + c.stepUs + reduceUs(c, bytes);
+  return t;
+}
+
+double rhd(const PlanShape& s, const CostParams& c, double bytes) {
+  const int p2 = floorPow2(s.nranks);
+  double t = foldUs(c, s, bytes), part = bytes;
+  for (int mask = 1; mask < p2; mask *= 2) {
+    part /= 2;
+    // A halving round (with its reduction) and the doubling round that mirrors it.
+    t += 2 * (message(c, pairLink(s, mask), part) + c.stepUs) + reduceUs(c, part);
+  }
+  return t;
+}
+
+double bruck(const PlanShape& s, const CostParams& c, double bytes) {
+  const int n = s.nranks;
+  double t = 0;
+  // Blocks lie in rank order and partners are rank +- d (not ring neighbours).
+  for (int d = 1; d < n; d *= 2)
+    t += message(c, anyPairLink(s), std::min(d, n - d) * bytes / n) + c.stepUs;
+  return t;
+}
+
+double binomial(const PlanShape& s, const CostParams& c, double bytes, bool reduces) {
+  double t = 0;
+  for (int mask = 1; mask < s.nranks; mask *= 2)
+    t += message(c, pairLink(s, mask), bytes) + c.stepUs + (reduces ? reduceUs(c, bytes) : 0);
+  return t;
+}
+
+double hierarchical(CollKind kind, double bytes, const PlanShape& s, const CostParams& c,
+                    int slices) {
+  if (!s.hierarchicalFits) return kNever;
+  const int k = s.perNode, nodes = s.nodes;
+  const std::vector<Level> levels = {{k, s.intra}, {nodes, LinkClass::kEfa}};
+  // Uneven nodes: the ranks past the smallest node's size hand their input to an owner first
+  // (and get the result back), or go through node leaders.
+  const double uneven = s.uniform ? 0 : 2 * message(c, s.intra, bytes);
+  switch (kind) {
+    case CollKind::kAllReduce: return pipelinedAllReduce(c, levels, bytes, slices) + uneven;
+    case CollKind::kAllGather: return overLevels(c, levels, bytes, false) + uneven;
+    case CollKind::kReduceScatter: return overLevels(c, levels, bytes, true) + uneven;
+    case CollKind::kBroadcast:
+      return chain(c, s, nodes, LinkClass::kEfa, bytes, false) +
+             chain(c, s, s.nranks / nodes, s.intra, bytes, false);
+    case CollKind::kAllToAll:
+    case CollKind::kAllToAllv: {
+      // Inside the node, directly; for each other node, one rank of the node gathers its
+      // node's data for it, sends it over efa at once, and the receiver fans it out. The
+      // nodes - 1 exchanges are shared among the k ranks.
+      const double perNode = bytes / nodes;  // what one rank sends to one node
+      const double rounds = std::ceil(static_cast<double>(nodes - 1) / k);
+      return (k - 1) * (message(c, s.intra, bytes / s.nranks) + c.stepUs) +
+             rounds * (2 * (k - 1) * (message(c, s.intra, perNode) + c.stepUs) +
+                       message(c, LinkClass::kEfa, k * perNode) + c.stepUs);
+    }
+    default: return kNever;
+  }
+}
+
+double torus(CollKind kind, double bytes, const PlanShape& s, const CostParams& c, int slices) {
+  if (!s.torusFits) return kNever;
+  std::vector<Level> levels;
+  for (size_t i = 0; i < s.torusDims.size(); ++i)
+    levels.push_back({s.torusDims[i], static_cast<int>(i) == s.torusNodeLevel
+                                          ? LinkClass::kEfa
+                                          : LinkClass::kNeuronLink});
+  switch (kind) {
+    case CollKind::kAllReduce: return pipelinedAllReduce(c, levels, bytes, slices);
+    case CollKind::kAllGather: return overLevels(c, levels, bytes, false);
+    case CollKind::kReduceScatter: return overLevels(c, levels, bytes, true);
+    default: return kNever;
+  }
+}
+
+}  // namespace
+
+double modeledUs(Algorithm algo, CollKind kind, size_t callBytes, const PlanShape& shape,
+                 const CostParams& costs, int pipelineSlices) {
+  const double bytes = static_cast<double>(callBytes);
+  if (shape.nranks == 1) return costs.stepUs + copyUs(costs, bytes);
+  switch (algo) {
+    case Algorithm::kDirect: return direct(kind, bytes, shape, costs);
+    case Algorithm::kRing: return ringFamily(kind, bytes, shape, costs);
+    case Algorithm::kRecursiveDoubling:
+      return kind == CollKind::kAllReduce ? recursiveDoubling(shape, costs, bytes) : kNever;
+    case Algorithm::kRhd: return kind == CollKind::kAllReduce ? rhd(shape, costs, bytes) : kNever;
+    case Algorithm::kBruck:
+      return kind == CollKind::kAllGather ? bruck(shape, costs, bytes) : kNever;
+    case Algorithm::kBinomial:
+      return kind == CollKind::kBroadcast ? binomial(shape, costs, bytes, false)
+             : kind == CollKind::kReduce  ? binomial(shape, costs, bytes, true)
+                                          : kNever;
+    case Algorithm::kHierarchical: return hierarchical(kind, bytes, shape, costs, pipelineSlices);
+    case Algorithm::kTorus: return torus(kind, bytes, shape, costs, pipelineSlices);
+    default: return kNever;
+  }
+}
+
+PlanShape planShapeOf(const CommView& view) {
+  PlanShape s;
+  s.nranks = view.nranks;
+  s.allLocal = view.allLocal;
+  s.intra = view.deviceLinks ? LinkClass::kNeuronLink : LinkClass::kShm;
+  s.windowBytes = view.windowBytes ? view.windowBytes : s.windowBytes;
+  s.llMaxBytes = view.llMaxBytes;
+  s.oneShotMaxBytes = view.oneShotMaxBytes;
+  if (view.topology) {
+    const topology::Topology& t = *view.topology;
+    s.nodes = t.nnodes();
+    s.perNode = t.nranks();
+    int largest = 0;
+    for (int node = 0; node < s.nodes; ++node) {
+      const int size = static_cast<int>(t.ranksOfNode(node).size());
+      s.perNode = std::min(s.perNode, size);
+      largest = std::max(largest, size);
+    }
+    s.uniform = largest == s.perNode;
+  } else if (!view.allLocal) {
+    // Layout unknown (unit tests, benchmarks of the planner): every rank its own node.
+    s.nodes = view.nranks;
+    s.perNode = 1;
+  }
+  if (view.shapes) {
+    s.hierarchicalFits = view.shapes->hierarchical.fits;
+    s.torusFits = view.shapes->torus.fits;
+    for (const RingGroup& level : view.shapes->torus.levels) s.torusDims.push_back(level.size());
+    if (s.torusFits && s.nodes > 1) s.torusNodeLevel = static_cast<int>(s.torusDims.size()) - 1;
+  }
+  return s;
+}
+
+CostParams machineCosts() {
+  CostParams c;
+  // docs/PLANNER.md: fabric_bench and the perf tools on the development machine (2 cores).
+  c.of(LinkClass::kSelf) = {0.2, 10.0};
+  c.of(LinkClass::kShm) = {0.5, 6.0};
+  c.of(LinkClass::kNeuronLink) = c.of(LinkClass::kShm);  // emulated over shm here
+  c.of(LinkClass::kEfa) = {8.0, 3.0};
+  c.stepUs = 0.5;
+  c.syncUs = 0.2;
+  c.copyGBps = 10.0;
+  c.reduceGBps = 8.0;
+  c.origin = "this machine's defaults";
+  return c;
+}
+
+CostParams hardwareCosts(const topology::DeviceGraph& graph) {
+  CostParams c = machineCosts();
+  double linkGBps = 0;
+  for (const auto& link : graph.links)
+    if (link.nodeA == link.nodeB && link.bandwidthGBps > 0)
+      linkGBps = linkGBps == 0 ? link.bandwidthGBps : std::min(linkGBps, link.bandwidthGBps);
+  if (linkGBps > 0) c.of(LinkClass::kNeuronLink) = {2.0, linkGBps};
+  // Copies and reductions run on the chips' engines, not the host's cores.
+  c.copyGBps = 100.0;
+  c.reduceGBps = 100.0;
+  double nicGbps = 0;
+  for (const auto& nic : graph.nics)
+    if (nic.node == 0) nicGbps += nic.gbps;
+  // One rank per chip: a chip's share of the node's NICs.
+  const int chips = graph.devicesOnNode(0);
+  if (nicGbps > 0 && chips > 0) c.of(LinkClass::kEfa) = {15.0, nicGbps / 8 / chips};
+  c.origin = graph.instance.empty() ? "the device graph's link and NIC figures"
+                                    : graph.instance + " figures (docs/PLANNER.md)";
+  return c;
+}
+
+namespace {
+
+Result<LinkClass> linkClassFromName(const std::string& name) {
+  for (int i = 0; i < kLinkClassCount; ++i)
+    if (name == topology::linkClassName(static_cast<LinkClass>(i)))
+      return static_cast<LinkClass>(i);
+  return makeError(Code::kInvalidArgument, "unknown link class '%s' (self, neuronlink, shm, efa)",
+                   name.c_str());
+}
+
+// A positive finite number, or an error naming the field.
+Result<double> positive(const std::string& text, const char* field, bool zeroOk) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(value) || value < 0 || (!zeroOk && value == 0))
+    return makeError(Code::kInvalidArgument, "%s='%s' is not a %s number", field, text.c_str(),
+                     zeroOk ? "non-negative" : "positive");
+  return value;
+}
+
+}  // namespace
+
+Result<CostParams> parseTuning(const std::string& text, const std::string& origin,
+                               CostParams base) {
+  std::istringstream in(text);
+  std::string line;
+  int lineNo = 0;
+  bool header = false;
+  auto fail = [&](const std::string& why) {
+    return makeError(Code::kInvalidArgument, "%s line %d: %s", origin.c_str(), lineNo, why.c_str());
+  };
+  while (std::getline(in, line)) {
+    ++lineNo;
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::string key;
+    if (!(words >> key)) continue;
+    if (!header) {
+      std::string version;
+      words >> version;
+      if (key != "trnccl-tuning" || version != "1")
+        return fail("expected the header 'trnccl-tuning 1', got '" + line + "'");
+      header = true;
+      continue;
+    }
+    std::vector<std::string> fields;
+    for (std::string w; words >> w;) fields.push_back(w);
+    if (key == "link") {
+      if (fields.empty()) return fail("'link' needs a class (self, neuronlink, shm, efa)");
+      auto link = linkClassFromName(fields[0]);
+      if (!link.isOk()) return fail(link.status().message());
+      LinkCost cost = base.of(link.value());
+      for (size_t i = 1; i < fields.size(); ++i) {
+        const size_t eq = fields[i].find('=');
+        const std::string name = fields[i].substr(0, eq);
+        const std::string value = eq == std::string::npos ? "" : fields[i].substr(eq + 1);
+        if (name != "alpha_us" && name != "gbps")
+          return fail("unknown field '" + name + "' (alpha_us, gbps)");
+        auto number = positive(value, name.c_str(), name == "alpha_us");
+        if (!number.isOk()) return fail(number.status().message());
+        (name == "alpha_us" ? cost.alphaUs : cost.gbps) = number.value();
+      }
+      base.of(link.value()) = cost;
+      continue;
+    }
+    double* target = key == "step_us"       ? &base.stepUs
+                     : key == "sync_us"     ? &base.syncUs
+                     : key == "copy_gbps"   ? &base.copyGBps
+                     : key == "reduce_gbps" ? &base.reduceGBps
+                                            : nullptr;
+    if (!target)
+      return fail("unknown key '" + key + "' (link, step_us, sync_us, copy_gbps, reduce_gbps)");
+    if (fields.size() != 1) return fail("'" + key + "' takes one number");
+    auto number = positive(fields[0], key.c_str(), key == "step_us" || key == "sync_us");
+    if (!number.isOk()) return fail(number.status().message());
+    *target = number.value();
+  }
+  if (!header)
+    return makeError(Code::kInvalidArgument, "%s is empty (no 'trnccl-tuning 1' header)",
+                     origin.c_str());
+  base.origin = origin;
+  return base;
+}
+
+std::string tuningText(const CostParams& c) {
+  std::string text = "trnccl-tuning 1\n";
+  for (int i = 0; i < kLinkClassCount; ++i)
+    text += strformat("link %s alpha_us=%.3f gbps=%.3f\n",
+                      topology::linkClassName(static_cast<LinkClass>(i)), c.link[i].alphaUs,
+                      c.link[i].gbps);
+  text += strformat("step_us %.3f\nsync_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\n", c.stepUs,
+                    c.syncUs, c.copyGBps, c.reduceGBps);
+  return text;
+}
+
+Result<CostParams> loadCosts(const topology::Discovery& found, const std::string& tuningPath) {
+  CostParams base =
+      found.kind == topology::Discovery::Kind::kSysfs ? hardwareCosts(found.graph) : machineCosts();
+  if (tuningPath.empty()) return base;
+  auto text = readTextFile(tuningPath);
+  if (!text.isOk())
+    return makeError(Code::kInvalidArgument,
+                     "TRNCCL_TUNING_FILE: %s; write one with trnccl-tune or unset it",
+                     text.status().message().c_str());
+  return parseTuning(text.value(), "TRNCCL_TUNING_FILE=" + tuningPath, base);
+}
+
+}  // namespace trnccl

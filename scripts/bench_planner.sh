@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The planner benchmark (issue 16): for all-reduce, all-gather and reduce-scatter on 2 ranks,
+# 4 ranks and 2 emulated nodes x 2 ranks (efa between them over libfabric on loopback), every
+# algorithm that can run there forced with TRNCCL_ALGO and the planner's default, side by side
+# in alternating rounds, 16 B-256 MiB (x4). bench/plot/planner_summary.py then gives, per size,
+# the median time of each and the default's time over the fastest forced one's.
+# Writes DIR/planner/*.jsonl and summary.md. With --tuning FILE every run (the default's and
+# the forced ones) plans with that tuning file (TRNCCL_TUNING_FILE).
+# usage: bash scripts/bench_planner.sh [--quick] [--rounds N] [--tuning FILE] [--out DIR]
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+quick=0 rounds=3 tuning="" out=build/bench-results
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --rounds) rounds="$2"; shift ;;
+    --tuning) tuning="$(realpath "$2")"; shift ;;
+    --out) out="$2"; shift ;;
+    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    *) echo "bench_planner: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+BIN=build/bench
+dir="$out/planner"
+rm -rf -- "$dir"
+mkdir -p "$dir" || exit 1
+if [ "$quick" -eq 1 ]; then
+  rounds=1 small=(-b 16 -e 4K -f 16 -n 3 -w 1) large=(-b 1M -e 1M -n 2 -w 1)
+else
+  small=(-b 16 -e 256K -f 4 -n 20 -w 3) large=(-b 1M -e 256M -f 4 -n 3 -w 1)
+fi
+# Forced algorithms per layout and collective ("default" = TRNCCL_ALGO unset).
+declare -A ALGOS=(
+  [one:all_reduce]="default direct ring rd rhd"
+  [one:all_gather]="default direct ring bruck"
+  [one:reduce_scatter]="default direct ring"
+  [nodes:all_reduce]="default ring rd rhd hierarchical"
+  [nodes:all_gather]="default ring bruck hierarchical"
+  [nodes:reduce_scatter]="default ring hierarchical"
+)
+declare -A KIND=([all_reduce]=allreduce [all_gather]=allgather [reduce_scatter]=reducescatter)
+failures=0
+run() {  # layout name, ranks, host id rule, tool, algo, round
+  local layout="$1" np="$2" hostid="$3" tool="$4" algo="$5" round="$6"
+  local forced=""
+  [ "$algo" = default ] || forced="${KIND[$tool]}:$algo"
+  local part sizes
+  for part in small large; do
+    if [ "$part" = small ]; then sizes=("${small[@]}"); else sizes=("${large[@]}"); fi
+    local cmd=(env TRNCCL_ALGO="$forced" TRNCCL_TUNING_FILE="$tuning" FI_TCP_IFACE=lo
+               FI_NET_IFACE=lo "$BIN/trnccl-run" -np "$np"
+               bash -c "TRNCCL_HOSTID=$hostid exec \"\$@\"" rank
+               "$BIN/${tool}_perf" "${sizes[@]}" -c 0
+               -J "$dir/${layout}_${tool}_${algo}_round${round}.jsonl")
+    echo "+ ${cmd[*]}" >>"$dir/commands.txt"
+    timeout -k 10 900 "${cmd[@]}" >>"$dir/log.txt" 2>&1 || {
+      echo "FAILED: ${cmd[*]}"; failures=$((failures + 1)); }
+  done
+}
+for round in $(seq 1 "$rounds"); do
+  for tool in all_reduce all_gather reduce_scatter; do
+    for layout in 2 4 2x2; do
+      case "$layout" in
+        2) np=2 kind=one hostid=node ;;
+        4) np=4 kind=one hostid=node ;;
+        2x2) np=4 kind=nodes hostid='node-$((TRNCCL_RANK / 2))' ;;
+      esac
+      for algo in ${ALGOS[$kind:$tool]}; do run "$layout" "$np" "$hostid" "$tool" "$algo" "$round"; done
+    done
+  done
+done
+/usr/bin/python3 bench/plot/planner_summary.py "$dir" >"$dir/summary.md" || failures=$((failures + 1))
+cat "$dir/summary.md"
+[ "$failures" -eq 0 ]

@@ -1,0 +1,119 @@
+// The cost model and its tuning file: parsing (every kind of mistake refused, naming the line
+// and the field), the text written by tuningText loading back the same, and the planner's
+// table agreeing with the model at every size.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "collectives/cost_model.hpp"
+#include "collectives/planner.hpp"
+#include "collectives/registry.hpp"
+
+namespace trnccl {
+namespace {
+
+TEST(TuningFile, WrittenTextLoadsBackTheSameNumbers) {
+  CostParams tuned = machineCosts();
+  tuned.of(topology::LinkClass::kEfa) = {12.5, 1.25};
+  tuned.stepUs = 0.75;
+  tuned.syncUs = 0.125;
+  tuned.copyGBps = 7;
+  tuned.reduceGBps = 3.5;
+  auto back = parseTuning(tuningText(tuned), "test", CostParams{});
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(tuningText(back.value()), tuningText(tuned));
+  EXPECT_EQ(back.value().origin, "test");
+}
+
+TEST(TuningFile, FieldsItDoesNotNameKeepTheDefaults) {
+  auto partial = parseTuning("trnccl-tuning 1\n  # only efa\nlink efa gbps=9 # trailing\n\n",
+                             "partial", machineCosts());
+  ASSERT_TRUE(partial.isOk()) << partial.status().message();
+  const CostParams defaults = machineCosts();
+  EXPECT_EQ(partial.value().of(topology::LinkClass::kEfa).gbps, 9);
+  EXPECT_EQ(partial.value().of(topology::LinkClass::kEfa).alphaUs,
+            defaults.of(topology::LinkClass::kEfa).alphaUs);
+  EXPECT_EQ(partial.value().stepUs, defaults.stepUs);
+}
+
+TEST(TuningFile, EveryKindOfMistakeIsRefusedNamingTheLineAndField) {
+  const struct {
+    const char* text;
+    const char* expected;
+  } cases[] = {
+      {"", "is empty"},
+      {"# nothing\n", "is empty"},
+      {"trnccl-tuning 2\n", "line 1: expected the header 'trnccl-tuning 1'"},
+      {"link efa gbps=3\n", "line 1: expected the header"},
+      {"trnccl-tuning 1\nlink\n", "line 2: 'link' needs a class"},
+      {"trnccl-tuning 1\nlink nvlink gbps=3\n", "line 2: unknown link class 'nvlink'"},
+      {"trnccl-tuning 1\nlink efa speed=3\n", "line 2: unknown field 'speed'"},
+      {"trnccl-tuning 1\nlink efa gbps=\n", "line 2: gbps='' is not a positive number"},
+      {"trnccl-tuning 1\nlink efa gbps=0\n", "line 2: gbps='0' is not a positive number"},
+      {"trnccl-tuning 1\nlink efa gbps=-1\n", "line 2: gbps='-1'"},
+      {"trnccl-tuning 1\nlink efa alpha_us=1x\n", "line 2: alpha_us='1x' is not a non-negative"},
+      {"trnccl-tuning 1\nlink efa alpha_us=inf\n", "line 2: alpha_us='inf'"},
+      {"trnccl-tuning 1\n\nstep_us\n", "line 3: 'step_us' takes one number"},
+      {"trnccl-tuning 1\nstep_us 1 2\n", "line 2: 'step_us' takes one number"},
+      {"trnccl-tuning 1\ncopy_gbps 0\n", "line 2: copy_gbps='0' is not a positive number"},
+      {"trnccl-tuning 1\nreduce_gbps nan\n", "line 2: reduce_gbps='nan'"},
+      {"trnccl-tuning 1\nwarp_factor 9\n", "line 2: unknown key 'warp_factor'"},
+  };
+  for (const auto& c : cases) {
+    auto parsed = parseTuning(c.text, "TRNCCL_TUNING_FILE=/t", machineCosts());
+    ASSERT_FALSE(parsed.isOk()) << c.text;
+    EXPECT_NE(parsed.status().message().find("TRNCCL_TUNING_FILE=/t"), std::string::npos);
+    EXPECT_NE(parsed.status().message().find(c.expected), std::string::npos)
+        << c.text << " -> " << parsed.status().message();
+  }
+}
+
+TEST(CostModel, TimesGrowWithSizeAndShapesThatDoNotFitAreNever) {
+  CommView view;
+  view.nranks = 8;
+  view.allLocal = false;  // no topology: every rank as its own node
+  const PlanShape shape = planShapeOf(view);
+  EXPECT_EQ(shape.nodes, 8);
+  const CostParams costs = machineCosts();
+  for (Algorithm algo : {Algorithm::kRing, Algorithm::kRecursiveDoubling, Algorithm::kRhd}) {
+    double previous = 0;
+    for (size_t bytes = 8; bytes <= (size_t{1} << 30); bytes *= 4) {
+      const double us = modeledUs(algo, CollKind::kAllReduce, bytes, shape, costs);
+      EXPECT_GT(us, previous) << algorithmName(algo) << " " << bytes;
+      previous = us;
+    }
+  }
+  EXPECT_TRUE(std::isinf(modeledUs(Algorithm::kDirect, CollKind::kAllReduce, 8, shape, costs)));
+  EXPECT_TRUE(
+      std::isinf(modeledUs(Algorithm::kHierarchical, CollKind::kAllReduce, 8, shape, costs)));
+  EXPECT_TRUE(std::isinf(modeledUs(Algorithm::kBruck, CollKind::kAllReduce, 8, shape, costs)));
+}
+
+TEST(Planner, ChoiceIsTheCheapestCandidateAtEverySize) {
+  for (bool allLocal : {true, false}) {
+    CommView view;
+    view.nranks = 6;
+    view.allLocal = allLocal;
+    view.windowBytes = 256 << 10;
+    view.llMaxBytes = 64;
+    view.oneShotMaxBytes = 16 << 10;
+    const Planner planner(view, parseAlgoOverrides("").value());
+    for (int k = 0; k < static_cast<int>(CollKind::kSendRecv); ++k) {
+      const auto kind = static_cast<CollKind>(k);
+      const size_t perCall = kind == CollKind::kAllGather || kind == CollKind::kReduceScatter ||
+                                     kind == CollKind::kAllToAll
+                                 ? 6
+                                 : 1;
+      for (size_t bytes = 1; bytes <= (size_t{1} << 32); bytes *= 2) {
+        if (kind == CollKind::kAllToAllv) break;  // planned at 0 only
+        const auto options = planner.ranked(kind, bytes * perCall);
+        ASSERT_FALSE(options.empty());
+        EXPECT_EQ(planner.choose(kind, bytes).value(), options.front().algo)
+            << collName(kind) << " " << bytes << " allLocal " << allLocal;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace trnccl
