@@ -69,6 +69,7 @@ enum class Algorithm {
   kTorus,
   kRecursiveDoubling,
   kRhd,
+  kTree,
   kBruck,
   kBinomial,
   kCount
@@ -76,11 +77,13 @@ enum class Algorithm {
 
 // Ring family (works over any transport): ring, chain and pairwise schedules.
 Status allReduceRing(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
-// Latency-bound forms (any transport, any rank count): log2(p) rounds of whole-buffer
-// exchanges (recursive doubling); Rabenseifner's halving/doubling; Bruck's all-gather; binomial
-// trees rooted anywhere.
+// Forms with log2(p) depth (any transport, any rank count): recursive doubling (whole-buffer
+// exchanges); Rabenseifner's halving/doubling; the double binary tree; Bruck's all-gather and
+// all-to-all; binomial trees rooted anywhere.
 Status allReduceRecursiveDoubling(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status allReduceRhd(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+Status allReduceTree(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+Status allToAllBruck(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status allGatherBruck(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status broadcastBinomial(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status reduceBinomial(ScheduleBuilder& b, const CollArgs& a, const CommView& c);

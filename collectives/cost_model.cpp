@@ -187,6 +187,31 @@ double bruck(const PlanShape& s, const CostParams& c, double bytes) {
   return t;
 }
 
+// Two trees, each with half the buffer in window-sized chunks; a rank's link carries both
+// trees' chunks at once. Up: each tree level adds two steps (two children, then the send);
+// down: one.
+double doubleTree(const PlanShape& s, const CostParams& c, double bytes) {
+  const double half = bytes / 2, window = static_cast<double>(s.windowBytes);
+  const double chunk = std::min(half, window);
+  const double chunks = std::max(1.0, std::ceil(half / window));
+  const int depth = ceilLog2(s.nranks);
+  const double round = message(c, anyPairLink(s), 2 * chunk) + c.stepUs;
+  return (chunks + 2 * depth) * round + 2 * chunks * reduceUs(c, chunk) + (chunks + depth) * round;
+}
+
+// Rotate, then per round pack the blocks with that bit, exchange, unpack; then put in place.
+double bruckAllToAll(const PlanShape& s, const CostParams& c, double bytes) {
+  const int n = s.nranks;
+  double t = 2 * copyUs(c, bytes);
+  for (int d = 1; d < n; d *= 2) {
+    int blocks = 0;  // indices with this bit set: runs of d from d, 3d, 5d, ...
+    for (int run = d; run < n; run += 2 * d) blocks += std::min(d, n - run);
+    const double moved = bytes / n * blocks;
+    t += message(c, anyPairLink(s), moved) + c.stepUs + 2 * copyUs(c, moved);
+  }
+  return t + n * c.stepUs;
+}
+
 double binomial(const PlanShape& s, const CostParams& c, double bytes, bool reduces) {
   double t = 0;
   for (int mask = 1; mask < s.nranks; mask *= 2)
@@ -204,8 +229,11 @@ double hierarchical(CollKind kind, double bytes, const PlanShape& s, const CostP
   const double uneven = s.uniform ? 0 : 2 * message(c, s.intra, bytes);
   switch (kind) {
     case CollKind::kAllReduce: return pipelinedAllReduce(c, levels, bytes, slices) + uneven;
-    case CollKind::kAllGather: return overLevels(c, levels, bytes, false) + uneven;
-    case CollKind::kReduceScatter: return overLevels(c, levels, bytes, true) + uneven;
+    // The grid stages every block through scratch: in and out once more.
+    case CollKind::kAllGather:
+      return overLevels(c, levels, bytes, false) + copyUs(c, bytes + bytes / s.nranks) + uneven;
+    case CollKind::kReduceScatter:
+      return overLevels(c, levels, bytes, true) + copyUs(c, bytes + bytes / s.nranks) + uneven;
     case CollKind::kBroadcast:
       return chain(c, s, nodes, LinkClass::kEfa, bytes, false) +
              chain(c, s, s.nranks / nodes, s.intra, bytes, false);
@@ -251,8 +279,12 @@ double modeledUs(Algorithm algo, CollKind kind, size_t callBytes, const PlanShap
     case Algorithm::kRecursiveDoubling:
       return kind == CollKind::kAllReduce ? recursiveDoubling(shape, costs, bytes) : kNever;
     case Algorithm::kRhd: return kind == CollKind::kAllReduce ? rhd(shape, costs, bytes) : kNever;
+    case Algorithm::kTree:
+      return kind == CollKind::kAllReduce ? doubleTree(shape, costs, bytes) : kNever;
     case Algorithm::kBruck:
-      return kind == CollKind::kAllGather ? bruck(shape, costs, bytes) : kNever;
+      return kind == CollKind::kAllGather  ? bruck(shape, costs, bytes)
+             : kind == CollKind::kAllToAll ? bruckAllToAll(shape, costs, bytes)
+                                           : kNever;
     case Algorithm::kBinomial:
       return kind == CollKind::kBroadcast ? binomial(shape, costs, bytes, false)
              : kind == CollKind::kReduce  ? binomial(shape, costs, bytes, true)
@@ -300,12 +332,12 @@ CostParams machineCosts() {
   CostParams c;
   // docs/PLANNER.md: fabric_bench and the perf tools on the development machine (2 cores).
   c.of(LinkClass::kSelf) = {0.2, 10.0};
-  c.of(LinkClass::kShm) = {0.5, 6.0};
+  c.of(LinkClass::kShm) = {0.5, 3.0};
   c.of(LinkClass::kNeuronLink) = c.of(LinkClass::kShm);  // emulated over shm here
-  c.of(LinkClass::kEfa) = {8.0, 3.0};
+  c.of(LinkClass::kEfa) = {10.0, 2.0};
   c.stepUs = 0.5;
   c.syncUs = 0.2;
-  c.copyGBps = 10.0;
+  c.copyGBps = 8.0;
   c.reduceGBps = 8.0;
   c.origin = "this machine's defaults";
   return c;

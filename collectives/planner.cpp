@@ -149,7 +149,9 @@ std::vector<Candidate> Planner::ranked(CollKind kind, size_t callBytes) const {
 
 size_t Planner::representative(const PlanRange& range) {
   if (range.toBytes != kPlanMaxBytes) return range.toBytes;
-  return std::max(range.fromBytes, size_t{1} << 30);
+  size_t at = size_t{1} << 30;
+  while (at < range.fromBytes) at *= 2;  // the first bucket end of an open range past 1 GiB
+  return at;
 }
 
 std::vector<PlanRange> Planner::ranges(CollKind kind) const {

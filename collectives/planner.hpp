@@ -63,8 +63,8 @@ class Planner {
   // Buckets: 0 bytes, then (2^(i-2), 2^(i-1)] up to 16 GiB; the last takes every larger call.
   static constexpr int kBuckets = 36;
   static constexpr size_t kPlanMaxBytes = SIZE_MAX;  // the last range's end
-  // The size a range is shown and modeled at: its upper end, 1 GiB for the open last range
-  // (or its start, if that is larger).
+  // The size a range is shown and modeled at: its upper end; for the open last range 1 GiB,
+  // or its first bucket's end when it starts past that.
   static size_t representative(const PlanRange& range);
 
  private:

@@ -17,6 +17,7 @@ const Implementation kImplementations[] = {
     {CollKind::kAllReduce, Algorithm::kTorus, allReduceTorus},
     {CollKind::kAllReduce, Algorithm::kRecursiveDoubling, allReduceRecursiveDoubling},
     {CollKind::kAllReduce, Algorithm::kRhd, allReduceRhd},
+    {CollKind::kAllReduce, Algorithm::kTree, allReduceTree},
     {CollKind::kAllGather, Algorithm::kRing, allGatherRing},
     {CollKind::kAllGather, Algorithm::kDirect, allGatherDirect},
     {CollKind::kAllGather, Algorithm::kHierarchical, allGatherHierarchical},
@@ -36,6 +37,7 @@ const Implementation kImplementations[] = {
     {CollKind::kAllToAll, Algorithm::kRing, allToAllPairwise},
     {CollKind::kAllToAll, Algorithm::kDirect, allToAllDirect},
     {CollKind::kAllToAll, Algorithm::kHierarchical, allToAllNodeAggregated},
+    {CollKind::kAllToAll, Algorithm::kBruck, allToAllBruck},
     {CollKind::kAllToAllv, Algorithm::kRing, allToAllPairwise},
     {CollKind::kAllToAllv, Algorithm::kDirect, allToAllDirect},
     {CollKind::kAllToAllv, Algorithm::kHierarchical, allToAllNodeAggregated},
@@ -63,7 +65,11 @@ const std::vector<AlgorithmInfo>& algorithms() {
       {Algorithm::kRhd, "rhd", "rabenseifner",
        "all-reduce as recursive-halving reduce-scatter + recursive-doubling all-gather: ring "
        "bytes in 2 log2(n) rounds"},
-      {Algorithm::kBruck, "bruck", "", "all-gather in ceil(log2 n) rounds (any n)"},
+      {Algorithm::kTree, "tree", "double_binary_tree",
+       "all-reduce over two in-order binary trees, each reducing half the buffer up and "
+       "broadcasting it down in pipelined chunks: ring bytes at log2(n) depth"},
+      {Algorithm::kBruck, "bruck", "",
+       "all-gather and all-to-all in ceil(log2 n) rounds (any n): the small-block forms"},
       {Algorithm::kBinomial, "binomial", "",
        "broadcast and reduce along a binomial tree: ceil(log2 n) rounds of whole buffers"},
   };

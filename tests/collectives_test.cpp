@@ -22,7 +22,7 @@ struct Param {
   int nranks;
 };
 
-// "rd", "rhd", "bruck", "binomial" (and "<name>-nodes", over 2 emulated nodes): that
+// "rd", "rhd", "tree", "bruck", "binomial" (and "<name>-nodes", over 2 emulated nodes): that
 // algorithm forced for the collectives it exists for (AlgorithmConfig below); the other
 // collectives' tests are skipped there. "direct" / "ring": TRNCCL_ALGO. "trn2": the trn2.48xlarge
 // preset with the ring family. "torus16", "torus2x16", "hier2x16", "hier2x3", "hier322": the
@@ -32,13 +32,16 @@ struct Param {
 // TRNCCL_STREAM_COPY_BYTES is low under "direct" and "ring" (see below).
 struct AlgorithmConfig {
   std::vector<const char*> kinds;  // TRNCCL_ALGO collective names
-  std::vector<const char*> tests;  // the tests (name prefixes) that exercise them
+  std::vector<const char*> tests;  // the tests that exercise them
 };
 const AlgorithmConfig* algorithmConfig(const std::string& config) {
+  static const std::vector<const char*> allReduce = {"AllReduce",
+                                                     "AllReduceAroundTheRecursiveDoublingLimit"};
   static const std::map<std::string, AlgorithmConfig> configs = {
-      {"rd", {{"allreduce"}, {"AllReduce"}}},
-      {"rhd", {{"allreduce"}, {"AllReduce"}}},
-      {"bruck", {{"allgather"}, {"AllGather"}}},
+      {"rd", {{"allreduce"}, allReduce}},
+      {"rhd", {{"allreduce"}, allReduce}},
+      {"tree", {{"allreduce"}, allReduce}},
+      {"bruck", {{"allgather", "alltoall"}, {"AllGather", "AllToAll"}}},
       {"binomial", {{"broadcast", "reduce"}, {"Broadcast", "Reduce"}}},
   };
   auto it = configs.find(config.substr(0, config.find('-')));
@@ -123,9 +126,8 @@ class Collectives : public ::testing::TestWithParam<std::tuple<std::string, int>
       GTEST_SKIP() << "32 ranks run only the collectives with topology-shaped schedules";
     if (const AlgorithmConfig* forced = algorithmConfig(config)) {
       bool exercised = false;
-      for (const char* prefix : forced->tests)
-        exercised |= test.rfind(prefix, 0) == 0 && test.rfind("ReduceScatter", 0) != 0;
-      if (!exercised) GTEST_SKIP() << config << " is forced only for " << forced->tests[0];
+      for (const char* name : forced->tests) exercised |= test.substr(0, test.find('/')) == name;
+      if (!exercised) GTEST_SKIP() << config << " is not forced for " << test;
     }
     if (quickMode() && config == "nodes" && nranks() != 4)
       GTEST_SKIP() << "quick mode: emulated nodes run with 4 ranks only";
@@ -434,11 +436,12 @@ INSTANTIATE_TEST_SUITE_P(Sweep, Collectives,
                                             ::testing::Values(1, 2, 3, 4, 5, 8)),
                          paramName);
 INSTANTIATE_TEST_SUITE_P(Algos, Collectives,
-                         ::testing::Combine(::testing::Values("rd", "rhd", "bruck", "binomial"),
+                         ::testing::Combine(::testing::Values("rd", "rhd", "tree", "bruck",
+                                                              "binomial"),
                                             ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8)),
                          paramName);
 INSTANTIATE_TEST_SUITE_P(AlgosNodes, Collectives,
-                         ::testing::Combine(::testing::Values("rd-nodes", "rhd-nodes",
+                         ::testing::Combine(::testing::Values("rd-nodes", "rhd-nodes", "tree-nodes",
                                                               "bruck-nodes", "binomial-nodes"),
                                             ::testing::Values(3, 4)),
                          identifierName);

@@ -106,7 +106,10 @@ TEST(Planner, ChoiceIsTheCheapestCandidateAtEverySize) {
                                  : 1;
       for (size_t bytes = 1; bytes <= (size_t{1} << 32); bytes *= 2) {
         if (kind == CollKind::kAllToAllv) break;  // planned at 0 only
-        const auto options = planner.ranked(kind, bytes * perCall);
+        // A call is planned at the upper end of its power-of-two bucket.
+        size_t bucketEnd = 1;
+        while (bucketEnd < bytes * perCall) bucketEnd *= 2;
+        const auto options = planner.ranked(kind, bucketEnd);
         ASSERT_FALSE(options.empty());
         EXPECT_EQ(planner.choose(kind, bytes).value(), options.front().algo)
             << collName(kind) << " " << bytes << " allLocal " << allLocal;
