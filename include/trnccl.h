@@ -240,6 +240,89 @@ typedef struct {
 trncclResult_t trncclCommGetPeerTraffic(trncclComm_t comm, trncclPeerTraffic_t* entries,
                                         int capacity, int* count);
 
+/* ---- MoE token dispatch and combine (TokenSwitch engine; trnccl extension) ----
+ *
+ * An expert-parallel (EP) group spreads num_experts experts over the communicator's ranks:
+ * rank r owns global experts [r * L, (r + 1) * L), L = numExperts / nranks. Per step, every
+ * rank creates a routing from its tokens' top-k expert ids (a collective), dispatches its
+ * tokens to the ranks owning their experts, runs its experts on what it received and combines
+ * the results back into its tokens' original order. The contract is PyTorch's experimental
+ * TokenSwitch (torch.distributed._token_switch); docs/MOE.md states it in full.
+ *
+ * Layouts of what a rank receives (capacity maxRecvTokensPerRank rows or slots):
+ *  - flat: one row per (token, destination rank), however many of the token's experts live
+ *    on the rank; rows grouped by source rank, then in the source's token order. Each row's
+ *    outTopkIdx ([rows, K] int64) holds the local ids (0..L-1) of this rank's experts among
+ *    the token's top-k, ascending, then -1; outWeights ([rows, K] float) the matching weights,
+ *    0 where the id is -1.
+ *  - expert-major: one slot per (token, local expert), in one contiguous zone per local expert
+ *    (zone sizes: trncclEpRoutingGetCounts' perExpertCounts), each zone ordered by source rank
+ *    then token; outWeights is [slots] (one weight per slot) and outTopkIdx is not written.
+ * Combine returns, per token, the sum over every row or slot that came from it (summed in a
+ * fixed order: bitwise the same run to run); rows of tokens that went nowhere are zero. */
+typedef struct trncclEpGroup* trncclEpGroup_t;
+typedef struct trncclEpRouting* trncclEpRouting_t;
+
+typedef enum { trncclEpLayoutFlat = 0, trncclEpLayoutExpertMajor = 1 } trncclEpLayout_t;
+
+#define TRNCCL_EP_CONFIG_MAGIC 0x74726e65u /* "trne" */
+typedef struct {
+  size_t size;                  /* sizeof(trncclEpConfig_t), set by the initializer */
+  unsigned int magic;           /* TRNCCL_EP_CONFIG_MAGIC */
+  unsigned int version;         /* TRNCCL_VERSION_CODE */
+  int numExperts;               /* a multiple of nranks */
+  int maxDispatchTokensPerRank; /* most tokens a rank routes per step */
+  int maxRecvTokensPerRank;     /* rows (flat) or slots (expert-major) a rank can receive */
+  size_t maxTokenBytes;         /* hidden * element size, at most */
+  trncclDataType_t payloadType; /* trncclBfloat16, trncclFloat16 or trncclFloat32 */
+} trncclEpConfig_t;
+
+#define TRNCCL_EP_CONFIG_INITIALIZER                                                   \
+  {                                                                                    \
+    sizeof(trncclEpConfig_t), TRNCCL_EP_CONFIG_MAGIC, TRNCCL_VERSION_CODE, 0, 0, 0, 0, \
+        trncclBfloat16                                                                 \
+  }
+
+/* Collective over comm; every rank passes the same configuration (checked). The group uses
+ * comm for its traffic and must be destroyed before comm. */
+trncclResult_t trncclEpGroupCreate(trncclComm_t comm, const trncclEpConfig_t* config,
+                                   trncclEpGroup_t* group);
+trncclResult_t trncclEpGroupDestroy(trncclEpGroup_t group);
+
+/* Collective over the group. topkIdx: numTokens x topk expert ids (trncclInt32 or trncclInt64,
+ * -1 = no expert; no id twice in a row). Exchanges the counts and the ids, so that every later
+ * dispatch and combine with this routing knows its layout; fails on every rank alike (naming
+ * the rank, the counts and the knob) when some rank would receive more than
+ * maxRecvTokensPerRank or passed a bad id. Reusable until destroyed. */
+trncclResult_t trncclEpCreateRouting(trncclEpGroup_t group, const void* topkIdx,
+                                     trncclDataType_t idxType, size_t numTokens, int topk,
+                                     trncclEpLayout_t layout, trncclEpRouting_t* routing);
+/* What this rank receives: *numRecv rows (flat) or slots (expert-major); perExpertCounts (may
+ * be NULL) gets, per local expert, the (token, expert) pairs received: capacity >= L. */
+trncclResult_t trncclEpRoutingGetCounts(trncclEpRouting_t routing, size_t* numRecv,
+                                        int32_t* perExpertCounts, int capacity);
+trncclResult_t trncclEpRoutingDestroy(trncclEpRouting_t routing);
+
+/* tokens: numTokens x hidden elements of the group's payload type; topkWeights: numTokens x
+ * topk floats (may be NULL: weights 1). Writes outTokens (numRecv x hidden), outWeights and
+ * (flat only, may be NULL) outTopkIdx as the layout says. outCapacity: rows or slots the
+ * outputs hold (at least numRecv). */
+trncclResult_t trncclEpDispatch(trncclEpRouting_t routing, const void* tokens, size_t hidden,
+                                const float* topkWeights, void* outTokens, float* outWeights,
+                                int64_t* outTopkIdx, size_t outCapacity);
+trncclResult_t trncclEpDispatchAsync(trncclEpRouting_t routing, const void* tokens, size_t hidden,
+                                     const float* topkWeights, void* outTokens, float* outWeights,
+                                     int64_t* outTopkIdx, size_t outCapacity,
+                                     trncclRequest_t* request);
+/* expertTokens: numRecv x hidden (the experts' outputs, in the dispatch's layout); out:
+ * numTokens x hidden. weighted = 0: the contract's unweighted sum; 1 (expert-major only):
+ * each slot is scaled by its dispatch weight inside the engine before the sum. */
+trncclResult_t trncclEpCombine(trncclEpRouting_t routing, const void* expertTokens, size_t hidden,
+                               void* out, int weighted);
+trncclResult_t trncclEpCombineAsync(trncclEpRouting_t routing, const void* expertTokens,
+                                    size_t hidden, void* out, int weighted,
+                                    trncclRequest_t* request);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -69,6 +69,20 @@ class CallOperation final : public Operation {
   Algorithm algo_;
 };
 
+// A call planned by its caller (Communicator::runPlan).
+class PlanOperation final : public Operation {
+ public:
+  PlanOperation(CollKind kind, std::string description, Communicator::PlanFn plan)
+      : Operation(kind), description_(std::move(description)), plan_(std::move(plan)) {}
+  std::string description() const override { return description_; }
+
+ private:
+  Status plan(ScheduleBuilder& b) override { return plan_(b); }
+
+  std::string description_;
+  Communicator::PlanFn plan_;
+};
+
 inline void cpuRelax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
@@ -112,6 +126,19 @@ Status Communicator::run(const CollArgs* calls, size_t ncalls) {
     if (op.finished.load(std::memory_order_acquire)) return std::move(op.result);
   }
   return wait(handle, -1);
+}
+
+Result<std::shared_ptr<Operation>> Communicator::enqueuePlan(CollKind kind, std::string description,
+                                                             PlanFn plan) {
+  auto op = std::make_shared<PlanOperation>(kind, std::move(description), std::move(plan));
+  TRNCCL_RETURN_IF_ERROR(push(op));
+  return std::shared_ptr<Operation>(std::move(op));
+}
+
+Status Communicator::runPlan(CollKind kind, std::string description, PlanFn plan) {
+  auto op = enqueuePlan(kind, std::move(description), std::move(plan));
+  TRNCCL_RETURN_IF_ERROR(op.status());
+  return wait(op.value(), -1);
 }
 
 Status Communicator::push(const std::shared_ptr<Operation>& op) {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +49,13 @@ class Communicator {
   Status run(const CollArgs& call) { return run(&call, 1); }
   // Several point-to-point calls fused into one operation (a group's), the same way.
   Status run(const CollArgs* calls, size_t ncalls);
+  // A call whose schedule its caller builds (the MoE engine's dispatch and combine, which
+  // carry their own layout): plan runs when the operation reaches the head of the queue, like
+  // an algorithm's builder. description names the call in logs and errors.
+  using PlanFn = std::function<Status(ScheduleBuilder&)>;
+  Result<std::shared_ptr<Operation>> enqueuePlan(CollKind kind, std::string description,
+                                                 PlanFn plan);
+  Status runPlan(CollKind kind, std::string description, PlanFn plan);
   // Progresses until op completes, fails, or (timeoutSeconds >= 0) the wait times out; a
   // timed-out wait leaves the operation queued (kInProgress is returned).
   Status wait(const std::shared_ptr<Operation>& op, double timeoutSeconds);

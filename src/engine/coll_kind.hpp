@@ -13,6 +13,9 @@ enum class CollKind : int {
   kAllToAllv,
   kBarrier,
   kSendRecv,
+  // The MoE engine's calls (src/moe): planned by the engine, never by the planner.
+  kMoeDispatch,
+  kMoeCombine,
   kCount
 };
 
@@ -27,6 +30,8 @@ inline const char* collName(CollKind kind) {
     case CollKind::kAllToAllv: return "AllToAllv";
     case CollKind::kBarrier: return "Barrier";
     case CollKind::kSendRecv: return "Send/Recv";
+    case CollKind::kMoeDispatch: return "EpDispatch";
+    case CollKind::kMoeCombine: return "EpCombine";
     default: return "unknown";
   }
 }

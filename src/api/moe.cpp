@@ -1,0 +1,182 @@
+// The TokenSwitch entry points (trncclEp*): validate, then hand the work to the MoE engine
+// (src/moe). Dispatch and combine are operations on the group's communicator, so they queue
+// behind its other calls, time out and abort like them.
+#include "api/handles.hpp"
+#include "core/strformat.hpp"
+#include "moe/ep_group.hpp"
+
+using trnccl::Code;
+using trnccl::makeError;
+using trnccl::Status;
+using trnccl::api::report;
+
+struct trncclEpGroup {
+  trncclComm_t comm;
+  std::shared_ptr<trnccl::moe::EpGroup> impl;
+};
+
+struct trncclEpRouting {
+  trncclComm_t comm;
+  std::shared_ptr<trnccl::moe::Routing> impl;
+};
+
+namespace {
+
+Status readConfig(const trncclEpConfig_t* config, trnccl::moe::EpConfig* out) {
+  if (!config) return makeError(Code::kInvalidArgument, "trncclEpGroupCreate: config is NULL");
+  if (config->size != sizeof(trncclEpConfig_t) || config->magic != TRNCCL_EP_CONFIG_MAGIC)
+    return makeError(Code::kInvalidArgument,
+                     "trncclEpGroupCreate: config was not set up with "
+                     "TRNCCL_EP_CONFIG_INITIALIZER (size %zu, magic %#x)",
+                     config->size, config->magic);
+  if (config->version > TRNCCL_VERSION_CODE)
+    return makeError(Code::kInvalidArgument,
+                     "trncclEpGroupCreate: config version %u is newer than this library (%d)",
+                     config->version, TRNCCL_VERSION_CODE);
+  out->numExperts = config->numExperts;
+  out->maxDispatchTokens = config->maxDispatchTokensPerRank;
+  out->maxRecvTokens = config->maxRecvTokensPerRank;
+  out->maxTokenBytes = config->maxTokenBytes;
+  out->payload = config->payloadType;
+  return Status::ok();
+}
+
+// Runs (blocking) or queues (request != nullptr) one planned engine call.
+trncclResult_t submitPlan(trncclComm_t comm, trnccl::CollKind kind, std::string description,
+                          trnccl::Communicator::PlanFn plan, trncclRequest_t* request) {
+  trnccl::Communicator& impl = *comm->impl;
+  if (!request) return report(comm, impl.runPlan(kind, std::move(description), std::move(plan)));
+  auto op = impl.enqueuePlan(kind, std::move(description), std::move(plan));
+  if (!op.isOk()) return report(comm, op.status());
+  *request = new trncclRequest{comm->impl, op.value()};
+  return trncclSuccess;
+}
+
+trncclResult_t dispatch(trncclEpRouting_t routing, const trnccl::moe::DispatchArgs& args,
+                        trncclRequest_t* request, bool async) {
+  const char* fn = async ? "trncclEpDispatchAsync" : "trncclEpDispatch";
+  if (!routing)
+    return report(nullptr, makeError(Code::kInvalidArgument, "%s: routing is NULL", fn));
+  trnccl::api::CallGuard guard(routing->comm);
+  if (async && !request)
+    return report(routing->comm, makeError(Code::kInvalidArgument, "%s: request is NULL", fn));
+  Status status = trnccl::moe::checkDispatch(*routing->impl, args);
+  if (!status.isOk()) return report(routing->comm, status);
+  auto impl = routing->impl;
+  std::string description = trnccl::strformat("%s(tokens=%zu, hidden=%zu, rows in=%zu)", fn,
+                                              impl->numTokens, args.hidden, impl->received());
+  return submitPlan(
+      routing->comm, trnccl::CollKind::kMoeDispatch, std::move(description),
+      [impl, args](trnccl::ScheduleBuilder& b) { return trnccl::moe::planDispatch(b, impl, args); },
+      async ? request : nullptr);
+}
+
+trncclResult_t combine(trncclEpRouting_t routing, const trnccl::moe::CombineArgs& args,
+                       trncclRequest_t* request, bool async) {
+  const char* fn = async ? "trncclEpCombineAsync" : "trncclEpCombine";
+  if (!routing)
+    return report(nullptr, makeError(Code::kInvalidArgument, "%s: routing is NULL", fn));
+  trnccl::api::CallGuard guard(routing->comm);
+  if (async && !request)
+    return report(routing->comm, makeError(Code::kInvalidArgument, "%s: request is NULL", fn));
+  Status status = trnccl::moe::checkCombine(*routing->impl, args);
+  if (!status.isOk()) return report(routing->comm, status);
+  auto impl = routing->impl;
+  std::string description = trnccl::strformat("%s(tokens=%zu, hidden=%zu, weighted=%d)", fn,
+                                              impl->numTokens, args.hidden, args.weighted);
+  return submitPlan(
+      routing->comm, trnccl::CollKind::kMoeCombine, std::move(description),
+      [impl, args](trnccl::ScheduleBuilder& b) { return trnccl::moe::planCombine(b, impl, args); },
+      async ? request : nullptr);
+}
+
+}  // namespace
+
+extern "C" {
+
+trncclResult_t trncclEpGroupCreate(trncclComm_t comm, const trncclEpConfig_t* config,
+                                   trncclEpGroup_t* group) {
+  if (!comm || !group)
+    return report(nullptr,
+                  makeError(Code::kInvalidArgument, "trncclEpGroupCreate: comm or group is NULL"));
+  trnccl::api::CallGuard guard(comm);
+  trnccl::moe::EpConfig parsed;
+  Status status = readConfig(config, &parsed);
+  if (!status.isOk()) return report(comm, status);
+  auto created = trnccl::moe::createGroup(comm->impl, parsed);
+  if (!created.isOk()) return report(comm, created.status());
+  *group = new trncclEpGroup{comm, created.value()};
+  return trncclSuccess;
+}
+
+trncclResult_t trncclEpGroupDestroy(trncclEpGroup_t group) {
+  delete group;  // routings and queued calls keep what they use alive
+  return trncclSuccess;
+}
+
+trncclResult_t trncclEpCreateRouting(trncclEpGroup_t group, const void* topkIdx,
+                                     trncclDataType_t idxType, size_t numTokens, int topk,
+                                     trncclEpLayout_t layout, trncclEpRouting_t* routing) {
+  if (!group || !routing)
+    return report(nullptr, makeError(Code::kInvalidArgument,
+                                     "trncclEpCreateRouting: group or routing is NULL"));
+  trnccl::api::CallGuard guard(group->comm);
+  auto created = trnccl::moe::createRouting(group->impl, topkIdx, idxType, numTokens, topk, layout);
+  if (!created.isOk()) return report(group->comm, created.status());
+  *routing = new trncclEpRouting{group->comm, created.value()};
+  return trncclSuccess;
+}
+
+trncclResult_t trncclEpRoutingGetCounts(trncclEpRouting_t routing, size_t* numRecv,
+                                        int32_t* perExpertCounts, int capacity) {
+  if (!routing)
+    return report(nullptr,
+                  makeError(Code::kInvalidArgument, "trncclEpRoutingGetCounts: routing is NULL"));
+  const auto& rt = *routing->impl;
+  const int L = rt.group->localExperts;
+  if (perExpertCounts && capacity < L)
+    return report(routing->comm,
+                  makeError(Code::kInvalidArgument,
+                            "rank %d trncclEpRoutingGetCounts: perExpertCounts holds %d entries "
+                            "but this rank has %d local experts",
+                            rt.group->rank(), capacity, L));
+  if (numRecv) *numRecv = rt.received();
+  if (perExpertCounts)
+    for (int e = 0; e < L; ++e) perExpertCounts[e] = rt.perExpert[e];
+  return trncclSuccess;
+}
+
+trncclResult_t trncclEpRoutingDestroy(trncclEpRouting_t routing) {
+  delete routing;
+  return trncclSuccess;
+}
+
+trncclResult_t trncclEpDispatch(trncclEpRouting_t routing, const void* tokens, size_t hidden,
+                                const float* topkWeights, void* outTokens, float* outWeights,
+                                int64_t* outTopkIdx, size_t outCapacity) {
+  return dispatch(routing,
+                  {tokens, hidden, topkWeights, outTokens, outWeights, outTopkIdx, outCapacity},
+                  nullptr, false);
+}
+
+trncclResult_t trncclEpDispatchAsync(trncclEpRouting_t routing, const void* tokens, size_t hidden,
+                                     const float* topkWeights, void* outTokens, float* outWeights,
+                                     int64_t* outTopkIdx, size_t outCapacity,
+                                     trncclRequest_t* request) {
+  return dispatch(routing,
+                  {tokens, hidden, topkWeights, outTokens, outWeights, outTopkIdx, outCapacity},
+                  request, true);
+}
+
+trncclResult_t trncclEpCombine(trncclEpRouting_t routing, const void* expertTokens, size_t hidden,
+                               void* out, int weighted) {
+  return combine(routing, {expertTokens, hidden, out, weighted != 0}, nullptr, false);
+}
+
+trncclResult_t trncclEpCombineAsync(trncclEpRouting_t routing, const void* expertTokens,
+                                    size_t hidden, void* out, int weighted,
+                                    trncclRequest_t* request) {
+  return combine(routing, {expertTokens, hidden, out, weighted != 0}, request, true);
+}
+
+}  // extern "C"

@@ -1,0 +1,351 @@
+// The layout step and the exchange that fixes a routing. Locally: which ranks each token goes
+// to (one packed row per destination rank, however many of its experts live there) and which
+// of its top-k each row carries. Then two collectives: an all-gather of every rank's header
+// (its status, layout, top-k and rows and pairs per destination), so that a bad argument or a
+// receive overflow anywhere fails the call on every rank with the same message before any
+// token moves; and an all-to-all-v of each row's local expert ids, so that the expert side
+// knows its zones before the first dispatch.
+#include <algorithm>
+#include <numeric>
+
+#include "core/dtype.hpp"
+#include "core/log.hpp"
+#include "moe/ep_group.hpp"
+
+namespace trnccl::moe {
+namespace {
+
+constexpr uint64_t kHeaderFixed = 4;  // status, layout, topk, numTokens; then rows[n], pairs[n]
+
+const char* layoutName(trncclEpLayout_t layout) {
+  return layout == trncclEpLayoutFlat ? "flat" : "expert_major";
+}
+
+struct LocalLayout {
+  std::vector<uint64_t> rowsTo, pairsTo;
+  std::vector<int32_t> sendIds;  // rows x topk, the exchange's payload
+};
+
+int64_t idAt(const void* idx, trncclDataType_t type, size_t i) {
+  return type == trncclInt32 ? static_cast<const int32_t*>(idx)[i]
+                             : static_cast<const int64_t*>(idx)[i];
+}
+
+Status checkArguments(const EpGroup& g, const void* idx, trncclDataType_t idxType, size_t numTokens,
+                      int topk, trncclEpLayout_t layout) {
+  const int r = g.rank();
+  if (layout != trncclEpLayoutFlat && layout != trncclEpLayoutExpertMajor)
+    return makeError(Code::kInvalidArgument,
+                     "rank %d trncclEpCreateRouting: layout %d is neither trncclEpLayoutFlat nor "
+                     "trncclEpLayoutExpertMajor",
+                     r, static_cast<int>(layout));
+  if (idxType != trncclInt32 && idxType != trncclInt64)
+    return makeError(Code::kInvalidArgument,
+                     "rank %d trncclEpCreateRouting: topk ids must be trncclInt32 or trncclInt64, "
+                     "not %s",
+                     r, dtypeName(idxType));
+  if (topk < 1 || topk > g.config.numExperts || topk > INT16_MAX)
+    return makeError(Code::kInvalidArgument,
+                     "rank %d trncclEpCreateRouting: topk=%d must be between 1 and num_experts "
+                     "(%d)",
+                     r, topk, g.config.numExperts);
+  if (numTokens > static_cast<size_t>(g.config.maxDispatchTokens))
+    return makeError(Code::kInvalidArgument,
+                     "rank %d trncclEpCreateRouting: %zu tokens exceed the group's "
+                     "maxDispatchTokensPerRank (max_dispatch_tokens_per_rank) of %d; create the "
+                     "group with a larger one",
+                     r, numTokens, g.config.maxDispatchTokens);
+  if (numTokens > 0 && !idx)
+    return makeError(Code::kInvalidArgument,
+                     "rank %d trncclEpCreateRouting: topkIdx is NULL with %zu tokens", r,
+                     numTokens);
+  return Status::ok();
+}
+
+// One token's valid (id, k) pairs, ascending by id; an out-of-range or repeated id is an error.
+Status tokenExperts(const EpGroup& g, const void* idx, trncclDataType_t type, size_t t, int topk,
+                    std::vector<std::pair<int64_t, int>>* pairs) {
+  pairs->clear();
+  for (int k = 0; k < topk; ++k) {
+    int64_t id = idAt(idx, type, t * topk + k);
+    if (id == -1) continue;
+    if (id < 0 || id >= g.config.numExperts)
+      return makeError(Code::kInvalidArgument,
+                       "rank %d trncclEpCreateRouting: topk_idx[%zu][%d] = %lld is not an expert "
+                       "id (0..%d, or -1 for none)",
+                       g.rank(), t, k, static_cast<long long>(id), g.config.numExperts - 1);
+    pairs->emplace_back(id, k);
+  }
+  std::sort(pairs->begin(), pairs->end());
+  for (size_t i = 1; i < pairs->size(); ++i)
+    if ((*pairs)[i].first == (*pairs)[i - 1].first)
+      return makeError(Code::kInvalidArgument,
+                       "rank %d trncclEpCreateRouting: token %zu names expert %lld twice "
+                       "(topk_idx[%zu][%d] and [%d]); each of a token's top-k must differ",
+                       g.rank(), t, static_cast<long long>((*pairs)[i].first), t,
+                       (*pairs)[i - 1].second, (*pairs)[i].second);
+  return Status::ok();
+}
+
+// Two passes over the tokens: count rows and pairs per destination, then fill the packed rows
+// in destination-then-token order.
+Status buildOrigin(const EpGroup& g, const void* idx, trncclDataType_t type, Routing* routing,
+                   LocalLayout* out) {
+  const int n = g.nranks(), L = g.localExperts, K = routing->topk;
+  const size_t T = routing->numTokens;
+  out->rowsTo.assign(n, 0);
+  out->pairsTo.assign(n, 0);
+  std::vector<std::pair<int64_t, int>> pairs;
+  for (size_t t = 0; t < T; ++t) {
+    TRNCCL_RETURN_IF_ERROR(tokenExperts(g, idx, type, t, K, &pairs));
+    int last = -1;
+    for (const auto& [id, k] : pairs) {
+      const int q = static_cast<int>(id / L);
+      if (q != last) ++out->rowsTo[q];
+      ++out->pairsTo[q];
+      last = q;
+    }
+  }
+  routing->sendBegin.assign(n + 1, 0);
+  for (int q = 0; q < n; ++q) routing->sendBegin[q + 1] = routing->sendBegin[q] + out->rowsTo[q];
+  const size_t rows = routing->sendBegin[n];
+  routing->rowToken.resize(rows);
+  routing->rowK.assign(rows * K, -1);
+  out->sendIds.assign(rows * K, -1);
+  routing->tokenBegin.assign(T + 1, 0);
+  routing->tokenRows.resize(rows);
+  std::vector<size_t> cursor(routing->sendBegin.begin(), routing->sendBegin.end() - 1);
+  size_t tokenCursor = 0;
+  for (size_t t = 0; t < T; ++t) {
+    TRNCCL_RETURN_IF_ERROR(tokenExperts(g, idx, type, t, K, &pairs));
+    int last = -1, slot = 0;
+    size_t row = 0;
+    for (const auto& [id, k] : pairs) {
+      const int q = static_cast<int>(id / L);
+      if (q != last) {
+        row = cursor[q]++;
+        routing->rowToken[row] = static_cast<uint32_t>(t);
+        routing->tokenRows[tokenCursor++] = static_cast<uint32_t>(row);
+        slot = 0;
+        last = q;
+      }
+      routing->rowK[row * K + slot] = static_cast<int16_t>(k);
+      out->sendIds[row * K + slot] = static_cast<int32_t>(id % L);
+      ++slot;
+    }
+    routing->tokenBegin[t + 1] = tokenCursor;
+  }
+  return Status::ok();
+}
+
+// The expert side's zones from the received ids.
+void buildExpertSide(const EpGroup& g, Routing* routing) {
+  const int L = g.localExperts, K = routing->topk;
+  const size_t rows = routing->recvRows();
+  routing->perExpert.assign(L, 0);
+  for (int32_t id : routing->recvIds)
+    if (id >= 0) ++routing->perExpert[id];
+  routing->slotOf.clear();
+  if (routing->layout != trncclEpLayoutExpertMajor) return;
+  std::vector<int64_t> next(L, 0);
+  for (int e = 1; e < L; ++e) next[e] = next[e - 1] + routing->perExpert[e - 1];
+  routing->slotOf.assign(rows * K, -1);
+  for (size_t j = 0; j < rows; ++j)
+    for (int i = 0; i < K && routing->recvIds[j * K + i] >= 0; ++i)
+      routing->slotOf[j * K + i] = next[routing->recvIds[j * K + i]]++;
+}
+
+std::string countsText(const std::vector<uint64_t>& counts) {
+  std::string text;
+  for (size_t q = 0; q < counts.size() && q < 16; ++q)
+    text += strformat("%s%llu", q ? "," : "", static_cast<unsigned long long>(counts[q]));
+  return counts.size() > 16 ? text + ",..." : text;
+}
+
+CollArgs gatherArgs(const uint64_t* mine, uint64_t* all, size_t words) {
+  CollArgs a;
+  a.kind = CollKind::kAllGather;
+  a.sendbuff = mine;
+  a.recvbuff = all;
+  a.count = words;
+  a.dtype = trncclUint64;
+  return a;
+}
+
+}  // namespace
+
+size_t Routing::recvSlots() const {
+  size_t slots = 0;
+  for (int32_t pairs : perExpert) slots += pairs;
+  return slots;
+}
+
+Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
+                                             const EpConfig& config) {
+  const int r = comm->rank(), n = comm->nranks();
+  Status local;
+  if (config.numExperts <= 0 || config.numExperts % n != 0)
+    local = makeError(Code::kInvalidArgument,
+                      "rank %d trncclEpGroupCreate: numExperts=%d must be a positive multiple of "
+                      "the communicator's %d ranks (each rank owns numExperts / nranks experts)",
+                      r, config.numExperts, n);
+  else if (config.maxDispatchTokens < 0 || config.maxRecvTokens < config.maxDispatchTokens)
+    local = makeError(Code::kInvalidArgument,
+                      "rank %d trncclEpGroupCreate: maxRecvTokensPerRank=%d must be at least "
+                      "maxDispatchTokensPerRank=%d (and neither negative)",
+                      r, config.maxRecvTokens, config.maxDispatchTokens);
+  else if (config.payload != trncclBfloat16 && config.payload != trncclFloat16 &&
+           config.payload != trncclFloat32)
+    local = makeError(Code::kInvalidArgument,
+                      "rank %d trncclEpGroupCreate: payload type %s is not supported (bf16, fp16 "
+                      "or fp32)",
+                      r, dtypeName(config.payload));
+  else if (config.maxTokenBytes == 0 || config.maxTokenBytes % dtypeSize(config.payload) != 0)
+    local = makeError(Code::kInvalidArgument,
+                      "rank %d trncclEpGroupCreate: maxTokenBytes=%zu must be a positive multiple "
+                      "of the payload's element size (%zu)",
+                      r, config.maxTokenBytes, dtypeSize(config.payload));
+  // Every rank must hold the same configuration: gather everyone's and compare.
+  const uint64_t mine[6] = {local.isOk() ? 0u : 1u,
+                            static_cast<uint64_t>(config.numExperts),
+                            static_cast<uint64_t>(config.maxDispatchTokens),
+                            static_cast<uint64_t>(config.maxRecvTokens),
+                            config.maxTokenBytes,
+                            static_cast<uint64_t>(config.payload)};
+  std::vector<uint64_t> all(6 * n);
+  TRNCCL_RETURN_IF_ERROR(comm->run(gatherArgs(mine, all.data(), 6)));
+  if (!local.isOk()) return local;
+  for (int q = 0; q < n; ++q) {
+    const uint64_t* theirs = &all[6 * q];
+    if (theirs[0] != 0)
+      return makeError(Code::kInvalidArgument,
+                       "rank %d trncclEpGroupCreate: rank %d passed an invalid configuration "
+                       "(its error says which)",
+                       r, q);
+    if (!std::equal(mine + 1, mine + 6, theirs + 1))
+      return makeError(Code::kInvalidUsage,
+                       "rank %d trncclEpGroupCreate: rank %d's configuration (numExperts=%llu, "
+                       "maxDispatchTokensPerRank=%llu, maxRecvTokensPerRank=%llu, "
+                       "maxTokenBytes=%llu) differs from this rank's (%d, %d, %d, %zu) or its "
+                       "payload type does; every rank must pass the same",
+                       r, q, static_cast<unsigned long long>(theirs[1]),
+                       static_cast<unsigned long long>(theirs[2]),
+                       static_cast<unsigned long long>(theirs[3]),
+                       static_cast<unsigned long long>(theirs[4]), config.numExperts,
+                       config.maxDispatchTokens, config.maxRecvTokens, config.maxTokenBytes);
+  }
+  auto group = std::make_shared<EpGroup>();
+  group->comm = std::move(comm);
+  group->config = config;
+  group->localExperts = config.numExperts / n;
+  TRNCCL_INFO(log::kMoe,
+              "%s rank %d: EP group of %d ranks, %d experts (%d per rank), at most %d tokens "
+              "out and %d in per rank, %zu-byte tokens of %s",
+              group->comm->name().c_str(), r, n, config.numExperts, group->localExperts,
+              config.maxDispatchTokens, config.maxRecvTokens, config.maxTokenBytes,
+              dtypeName(config.payload));
+  return group;
+}
+
+Result<std::shared_ptr<Routing>> createRouting(std::shared_ptr<EpGroup> group, const void* idx,
+                                               trncclDataType_t idxType, size_t numTokens, int topk,
+                                               trncclEpLayout_t layout) {
+  const EpGroup& g = *group;
+  const int r = g.rank(), n = g.nranks();
+  auto routing = std::make_shared<Routing>();
+  routing->group = group;
+  routing->layout = layout;
+  routing->numTokens = numTokens;
+  routing->topk = topk;
+  LocalLayout local;
+  Status status = checkArguments(g, idx, idxType, numTokens, topk, layout);
+  if (status.isOk()) status = buildOrigin(g, idx, idxType, routing.get(), &local);
+  if (!status.isOk()) {  // still joins the exchange, so that every rank fails alike
+    local.rowsTo.assign(n, 0);
+    local.pairsTo.assign(n, 0);
+  }
+
+  const size_t width = kHeaderFixed + 2 * n;
+  std::vector<uint64_t> header(width), all(width * n);
+  header[0] = status.isOk() ? 0 : 1;
+  header[1] = static_cast<uint64_t>(layout);
+  header[2] = static_cast<uint64_t>(topk);
+  header[3] = numTokens;
+  std::copy(local.rowsTo.begin(), local.rowsTo.end(), header.begin() + kHeaderFixed);
+  std::copy(local.pairsTo.begin(), local.pairsTo.end(), header.begin() + kHeaderFixed + n);
+  TRNCCL_RETURN_IF_ERROR(g.comm->run(gatherArgs(header.data(), all.data(), width)));
+  if (!status.isOk()) return status;
+  auto at = [&](int q, size_t word) { return all[q * width + word]; };
+  for (int q = 0; q < n; ++q) {
+    if (at(q, 0) != 0)
+      return makeError(Code::kInvalidArgument,
+                       "rank %d trncclEpCreateRouting: rank %d passed bad arguments (its own "
+                       "error says which); no rank routes this step",
+                       r, q);
+    if (at(q, 1) != header[1] || at(q, 2) != header[2])
+      return makeError(Code::kInvalidUsage,
+                       "rank %d trncclEpCreateRouting: rank %d uses layout %s and topk=%llu, "
+                       "this rank %s and %d; every rank must pass the same",
+                       r, q, layoutName(static_cast<trncclEpLayout_t>(at(q, 1))),
+                       static_cast<unsigned long long>(at(q, 2)), layoutName(layout), topk);
+  }
+  // What each rank would receive, checked against the capacity on every rank alike.
+  const bool flat = layout == trncclEpLayoutFlat;
+  for (int dest = 0; dest < n; ++dest) {
+    uint64_t rows = 0, pairs = 0;
+    for (int q = 0; q < n; ++q) {
+      rows += at(q, kHeaderFixed + dest);
+      pairs += at(q, kHeaderFixed + n + dest);
+    }
+    const uint64_t need = flat ? rows : pairs;
+    if (need > static_cast<uint64_t>(g.config.maxRecvTokens))
+      return makeError(
+          Code::kInvalidUsage,
+          "rank %d trncclEpCreateRouting: rank %d would receive %llu %s (%llu "
+          "tokens, %llu token-expert pairs) but maxRecvTokensPerRank "
+          "(max_recv_tokens_per_rank) is %d; nothing was sent. Raise it (at most "
+          "nranks x maxDispatchTokensPerRank%s = %llu can arrive) or balance the "
+          "routing",
+          r, dest, static_cast<unsigned long long>(need), flat ? "rows" : "slots",
+          static_cast<unsigned long long>(rows), static_cast<unsigned long long>(pairs),
+          g.config.maxRecvTokens, flat ? "" : " x topk",
+          static_cast<unsigned long long>(n) * g.config.maxDispatchTokens * (flat ? 1 : topk));
+  }
+  routing->recvBegin.assign(n + 1, 0);
+  for (int q = 0; q < n; ++q)
+    routing->recvBegin[q + 1] = routing->recvBegin[q] + at(q, kHeaderFixed + r);
+
+  // Each row's local expert ids go to the rank that will receive the row.
+  routing->recvIds.assign(routing->recvRows() * topk, -1);
+  CollArgs ids;
+  ids.kind = CollKind::kAllToAllv;
+  ids.dtype = trncclInt32;
+  ids.sendbuff = local.sendIds.data();
+  ids.recvbuff = routing->recvIds.data();
+  for (int q = 0; q < n; ++q) {
+    ids.sendcounts.push_back(routing->sendRows(q) * topk);
+    ids.sdispls.push_back(routing->sendBegin[q] * topk);
+    ids.recvcounts.push_back(routing->recvRowsFrom(q) * topk);
+    ids.rdispls.push_back(routing->recvBegin[q] * topk);
+  }
+  TRNCCL_RETURN_IF_ERROR(g.comm->run(ids));
+  buildExpertSide(g, routing.get());
+
+  if (log::enabled(log::Level::kInfo, log::kMoe)) {
+    uint64_t pairs = 0;
+    for (uint64_t p : local.pairsTo) pairs += p;
+    const size_t rows = routing->sendBegin[n];
+    TRNCCL_INFO(log::kMoe,
+                "%s rank %d: EP routing, mode normal (one exchange between every pair of ranks; "
+                "the hierarchical and low-latency modes are not built yet), layout %s: %zu "
+                "tokens x top-%d -> %llu token-expert pairs in %zu rows (%llu duplicates "
+                "removed); rows per destination rank [%s]; receives %zu rows, %zu slots",
+                g.comm->name().c_str(), r, layoutName(layout), numTokens, topk,
+                static_cast<unsigned long long>(pairs), rows,
+                static_cast<unsigned long long>(pairs - rows), countsText(local.rowsTo).c_str(),
+                routing->recvRows(), routing->recvSlots());
+  }
+  return routing;
+}
+
+}  // namespace trnccl::moe

@@ -1,0 +1,500 @@
+// The TokenSwitch engine (trncclEp*) against a serial reference: every rank generates every
+// rank's routing and tokens from the same seeds and simulates the whole exchange in its own
+// process, then compares what the engine delivered. Values are small integers and weights
+// powers of two, so every sum is exact in bf16, fp16 and fp32 whatever the order; a separate
+// case checks that combine is bitwise reproducible on random data, where order matters.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/sweep.hpp"
+
+using namespace trnccl::testing;
+
+namespace {
+
+// ---- values in the payload types, converted by the test itself ----
+size_t typeSize(trncclDataType_t t) {
+  return t == trncclFloat32 ? 4 : 2;
+}
+void storeValue(trncclDataType_t t, void* base, size_t i, float v) {
+  if (t == trncclFloat32) {
+    static_cast<float*>(base)[i] = v;
+  } else if (t == trncclFloat16) {
+    _Float16 h = static_cast<_Float16>(v);
+    std::memcpy(static_cast<char*>(base) + 2 * i, &h, 2);
+  } else {  // bf16: the values used are exact, so truncation is the conversion
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    uint16_t top = static_cast<uint16_t>(bits >> 16);
+    std::memcpy(static_cast<char*>(base) + 2 * i, &top, 2);
+  }
+}
+float loadValue(trncclDataType_t t, const void* base, size_t i) {
+  if (t == trncclFloat32) return static_cast<const float*>(base)[i];
+  if (t == trncclFloat16) {
+    _Float16 h;
+    std::memcpy(&h, static_cast<const char*>(base) + 2 * i, 2);
+    return static_cast<float>(h);
+  }
+  uint16_t top;
+  std::memcpy(&top, static_cast<const char*>(base) + 2 * i, 2);
+  uint32_t bits = static_cast<uint32_t>(top) << 16;
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+// ---- one step's routing, the same on every rank ----
+struct Shape {
+  size_t T;  // tokens per rank
+  int K, E;
+  size_t H;
+  bool skew;  // every token's first choice is expert 0
+};
+
+std::vector<int64_t> routingOf(int rank, const Shape& s, uint64_t salt) {
+  std::mt19937_64 rng(salt * 7919 + rank * 104729 + s.T * 31 + s.K);
+  std::vector<int64_t> idx(s.T * s.K, -1);
+  for (size_t t = 0; t < s.T; ++t) {
+    std::vector<int64_t> experts(s.E);
+    for (int e = 0; e < s.E; ++e) experts[e] = e;
+    std::shuffle(experts.begin(), experts.end(), rng);
+    if (s.skew) std::swap(experts[0], *std::find(experts.begin(), experts.end(), 0));
+    for (int k = 0; k < s.K; ++k) {
+      // about one entry in six is -1 (no expert), never all of a token's in the skewed case
+      bool none = rng() % 6 == 0 && !(s.skew && k == 0);
+      idx[t * s.K + k] = none ? -1 : experts[k];
+    }
+  }
+  return idx;
+}
+float tokenValue(int rank, size_t t, size_t h) {
+  return static_cast<float>(static_cast<int>((rank * 7 + t * 3 + h) % 5) - 2);  // -2..2
+}
+float weightOf(int rank, size_t t, int k) {
+  static const float kWeights[] = {0.5f, 1.0f, 2.0f};
+  return kWeights[(rank + t + k) % 3];
+}
+float expertScale(int id) {
+  return static_cast<float>(id % 2 + 1);  // the experts below multiply by 1 or 2
+}
+
+// ---- the serial reference of what rank `me` receives ----
+struct Slot {
+  int src;
+  size_t token;
+  std::vector<int64_t> ids;  // flat: local ids ascending; expert-major: the one id
+  std::vector<float> weights;
+};
+
+std::vector<Slot> expectedReceive(int me, int n, const Shape& s, uint64_t salt, bool flat) {
+  const int L = s.E / n;
+  std::vector<Slot> flatRows;
+  std::vector<std::vector<Slot>> zones(L);
+  for (int q = 0; q < n; ++q) {
+    auto idx = routingOf(q, s, salt);
+    for (size_t t = 0; t < s.T; ++t) {
+      Slot row{q, t, {}, {}};
+      std::vector<std::pair<int64_t, int>> mine;
+      for (int k = 0; k < s.K; ++k) {
+        int64_t id = idx[t * s.K + k];
+        if (id >= me * L && id < (me + 1) * L) mine.emplace_back(id - me * L, k);
+      }
+      std::sort(mine.begin(), mine.end());
+      for (auto [local, k] : mine) {
+        row.ids.push_back(local);
+        row.weights.push_back(weightOf(q, t, k));
+        zones[local].push_back({q, t, {local}, {weightOf(q, t, k)}});
+      }
+      if (!mine.empty()) flatRows.push_back(row);
+    }
+  }
+  if (flat) return flatRows;
+  std::vector<Slot> slots;
+  for (auto& zone : zones) slots.insert(slots.end(), zone.begin(), zone.end());
+  return slots;
+}
+
+// What combine must give token t of rank me: flat rows come back as row * scale(dest rank);
+// expert-major slots as slot * scale(local id) (* weight when weighted).
+float expectedCombined(int me, int n, const Shape& s, const std::vector<int64_t>& idx, size_t t,
+                       size_t h, bool flat, bool weighted) {
+  const int L = s.E / n;
+  const float x = tokenValue(me, t, h);
+  float sum = 0;
+  std::vector<bool> seen(n, false);
+  for (int k = 0; k < s.K; ++k) {
+    int64_t id = idx[t * s.K + k];
+    if (id < 0) continue;
+    int dest = static_cast<int>(id / L);
+    if (flat) {
+      if (!seen[dest]) sum += x * expertScale(dest);
+      seen[dest] = true;
+    } else {
+      sum += x * expertScale(static_cast<int>(id % L)) * (weighted ? weightOf(me, t, k) : 1.0f);
+    }
+  }
+  return sum;
+}
+
+// ---- one routing + dispatch + combine, checked ----
+void runStep(Failures& f, trncclEpGroup_t group, int me, int n, const Shape& s,
+             trncclDataType_t type, trncclEpLayout_t layout, bool async, uint64_t salt) {
+  const bool flat = layout == trncclEpLayoutFlat;
+  const std::string what = "T=" + std::to_string(s.T) + " K=" + std::to_string(s.K) +
+                           " E=" + std::to_string(s.E) + (flat ? " flat" : " expert_major") +
+                           (s.skew ? " skewed" : "") + " type=" + std::to_string(type);
+  auto idx = routingOf(me, s, salt);
+  trncclEpRouting_t routing = nullptr;
+  if (trncclEpCreateRouting(group, idx.data(), trncclInt64, s.T, s.K, layout, &routing) !=
+      trncclSuccess) {
+    f.add("%s: create routing failed: %s", what.c_str(), trncclGetLastError(nullptr));
+    return;
+  }
+  const auto want = expectedReceive(me, n, s, salt, flat);
+  const int L = s.E / n;
+  size_t numRecv = 0;
+  std::vector<int32_t> perExpert(L, -1);
+  if (trncclEpRoutingGetCounts(routing, &numRecv, perExpert.data(), L) != trncclSuccess)
+    f.add("%s: get counts failed", what.c_str());
+  if (numRecv != want.size())
+    f.add("%s: rank %d receives %zu, reference %zu", what.c_str(), me, numRecv, want.size());
+  std::vector<int32_t> wantPerExpert(L, 0);
+  for (const Slot& slot : want)
+    for (int64_t id : slot.ids) ++wantPerExpert[id];
+  if (perExpert != wantPerExpert) f.add("%s: per-expert counts differ", what.c_str());
+
+  const size_t es = typeSize(type), rowBytes = s.H * es;
+  std::vector<char> tokens(s.T * rowBytes);
+  std::vector<float> weights(s.T * s.K);
+  for (size_t t = 0; t < s.T; ++t) {
+    for (size_t h = 0; h < s.H; ++h)
+      storeValue(type, tokens.data(), t * s.H + h, tokenValue(me, t, h));
+    for (int k = 0; k < s.K; ++k) weights[t * s.K + k] = weightOf(me, t, k);
+  }
+  const size_t capacity = want.size() + 2;  // room past the end, checked untouched below
+  Guarded outTokens(capacity * rowBytes, 0x11);
+  std::vector<float> outWeights(capacity * (flat ? s.K : 1), -7.0f);
+  std::vector<int64_t> outIdx(capacity * s.K, -7);
+  trncclResult_t rc;
+  if (async) {
+    trncclRequest_t request = nullptr;
+    rc = trncclEpDispatchAsync(routing, tokens.data(), s.H, weights.data(), outTokens.ptr(),
+                               outWeights.data(), flat ? outIdx.data() : nullptr, capacity,
+                               &request);
+    if (rc == trncclSuccess) rc = trncclWait(&request, TRNCCL_TIMEOUT_DEFAULT);
+  } else {
+    rc = trncclEpDispatch(routing, tokens.data(), s.H, weights.data(), outTokens.ptr(),
+                          outWeights.data(), flat ? outIdx.data() : nullptr, capacity);
+  }
+  if (rc != trncclSuccess) {
+    f.add("%s: dispatch failed: %s", what.c_str(), trncclGetLastError(nullptr));
+    trncclEpRoutingDestroy(routing);
+    return;
+  }
+  int reported = 0;
+  for (size_t j = 0; j < want.size() && reported < 3; ++j) {
+    const Slot& slot = want[j];
+    for (size_t h = 0; h < s.H; ++h) {
+      float got = loadValue(type, outTokens.ptr(), j * s.H + h);
+      if (got != tokenValue(slot.src, slot.token, h)) {
+        f.add("%s: row %zu (rank %d token %zu) element %zu = %g, want %g", what.c_str(), j,
+              slot.src, slot.token, h, got, tokenValue(slot.src, slot.token, h));
+        ++reported;
+        break;
+      }
+    }
+    if (flat) {
+      for (int k = 0; k < s.K; ++k) {
+        const bool used = k < static_cast<int>(slot.ids.size());
+        const int64_t wantId = used ? slot.ids[k] : -1;
+        const float wantWeight = used ? slot.weights[k] : 0.0f;
+        if (outIdx[j * s.K + k] != wantId || outWeights[j * s.K + k] != wantWeight) {
+          f.add("%s: row %zu entry %d: id %lld weight %g, want %lld %g", what.c_str(), j, k,
+                static_cast<long long>(outIdx[j * s.K + k]), outWeights[j * s.K + k],
+                static_cast<long long>(wantId), wantWeight);
+          ++reported;
+          break;
+        }
+      }
+    } else if (outWeights[j] != slot.weights[0]) {
+      f.add("%s: slot %zu weight %g, want %g", what.c_str(), j, outWeights[j], slot.weights[0]);
+      ++reported;
+    }
+  }
+  for (size_t b = want.size() * rowBytes; b < capacity * rowBytes; ++b)
+    if (outTokens.data[b] != 0x11) {
+      f.add("%s: dispatch wrote past the received rows", what.c_str());
+      break;
+    }
+  if (!outTokens.guardIntact()) f.add("%s: dispatch wrote past outTokens", what.c_str());
+
+  // The experts: flat rows times the scale of this rank, expert-major slots times their
+  // expert's. Combine, unweighted and (expert-major) weighted.
+  std::vector<char> expertOut(want.size() * rowBytes);
+  for (size_t j = 0; j < want.size(); ++j) {
+    const float scale = flat ? expertScale(me) : expertScale(static_cast<int>(want[j].ids[0]));
+    for (size_t h = 0; h < s.H; ++h)
+      storeValue(type, expertOut.data(), j * s.H + h,
+                 loadValue(type, outTokens.ptr(), j * s.H + h) * scale);
+  }
+  for (int weighted = 0; weighted <= (flat ? 0 : 1); ++weighted) {
+    Guarded combined(s.T * rowBytes, 0x22);
+    if (trncclEpCombine(routing, expertOut.data(), s.H, combined.ptr(), weighted) !=
+        trncclSuccess) {
+      f.add("%s: combine (weighted=%d) failed: %s", what.c_str(), weighted,
+            trncclGetLastError(nullptr));
+      continue;
+    }
+    for (size_t t = 0, bad = 0; t < s.T && bad < 3; ++t)
+      for (size_t h = 0; h < s.H; ++h) {
+        float got = loadValue(type, combined.ptr(), t * s.H + h);
+        float expect = expectedCombined(me, n, s, idx, t, h, flat, weighted);
+        if (got != expect) {
+          f.add("%s: combine (weighted=%d) token %zu element %zu = %g, want %g", what.c_str(),
+                weighted, t, h, got, expect);
+          ++bad;
+          break;
+        }
+      }
+    if (!combined.guardIntact()) f.add("%s: combine wrote past out", what.c_str());
+  }
+  trncclEpRoutingDestroy(routing);
+}
+
+trncclEpGroup_t makeGroup(Failures& f, trncclComm_t comm, int n, int E, int maxTokens,
+                          trncclDataType_t type, size_t H) {
+  trncclEpConfig_t config = TRNCCL_EP_CONFIG_INITIALIZER;
+  config.numExperts = E;
+  config.maxDispatchTokensPerRank = maxTokens;
+  config.maxRecvTokensPerRank = maxTokens * n * 8;  // every pair could land on one rank
+  config.maxTokenBytes = H * typeSize(type);
+  config.payloadType = type;
+  trncclEpGroup_t group = nullptr;
+  if (trncclEpGroupCreate(comm, &config, &group) != trncclSuccess)
+    f.add("group create failed: %s", trncclGetLastError(comm));
+  return group;
+}
+
+// Emulated nodes (2 per job, alternating ranks): shm inside a node, efa over loopback between.
+void setupLayout(const std::string& layout, int rank) {
+  setenv("FI_TCP_IFACE", "lo", 1);
+  setenv("FI_NET_IFACE", "lo", 1);
+  if (layout == "nodes") setenv("TRNCCL_HOSTID", rank % 2 ? "node-b" : "node-a", 1);
+}
+
+class Moe : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(Moe, DispatchAndCombineMatchTheSerialReference) {
+  const auto [layout, n] = GetParam();
+  auto outcomes = withComm(
+      n, [&](int rank) { setupLayout(layout, rank); },
+      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+        const std::vector<trncclDataType_t> types =
+            quickMode()
+                ? std::vector<trncclDataType_t>{trncclBfloat16}
+                : std::vector<trncclDataType_t>{trncclBfloat16, trncclFloat16, trncclFloat32};
+        uint64_t salt = 1;
+        for (trncclDataType_t type : types) {
+          const size_t H = 40;
+          for (int K : {1, 2, 3, 8}) {
+            const int E = nranks * std::max(2, (K + nranks - 1) / nranks);
+            trncclEpGroup_t group = makeGroup(f, comm, nranks, E, 64, type, H);
+            if (!group) return;
+            for (trncclEpLayout_t lay : {trncclEpLayoutFlat, trncclEpLayoutExpertMajor})
+              for (size_t T : {size_t{0}, size_t{1}, size_t{37}})
+                for (bool skew : {false, true}) {
+                  if (skew && T == 0) continue;
+                  runStep(f, group, rank, nranks, Shape{T, K, E, H, skew}, type, lay,
+                          /*async=*/(salt % 3) == 0, salt);
+                  ++salt;
+                }
+            trncclEpGroupDestroy(group);
+          }
+        }
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// Larger messages (rows of 4 KiB, several hundred per peer): the transports split them.
+TEST_P(Moe, LargeRowsAndBitwiseReproducibleCombine) {
+  const auto [layout, n] = GetParam();
+  if (n < 2) GTEST_SKIP() << "needs peers";
+  auto outcomes = withComm(
+      n, [&](int rank) { setupLayout(layout, rank); },
+      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+        const Shape s{300, 4, nranks * 4, 2048, false};
+        trncclEpGroup_t group = makeGroup(f, comm, nranks, s.E, 300, trncclBfloat16, s.H);
+        if (!group) return;
+        runStep(f, group, rank, nranks, s, trncclBfloat16, trncclEpLayoutExpertMajor, false, 99);
+        // Random (non-integer) expert outputs: sums round, so only a fixed order repeats.
+        auto idx = routingOf(rank, s, 5);
+        trncclEpRouting_t routing = nullptr;
+        if (trncclEpCreateRouting(group, idx.data(), trncclInt64, s.T, s.K,
+                                  trncclEpLayoutExpertMajor, &routing) != trncclSuccess) {
+          f.add("create routing failed: %s", trncclGetLastError(nullptr));
+          return;
+        }
+        size_t slots = 0;
+        (void)trncclEpRoutingGetCounts(routing, &slots, nullptr, 0);
+        std::vector<char> tokens(s.T * s.H * 2), received(slots * s.H * 2);
+        std::vector<float> weights(s.T * s.K, 0.3f), slotWeights(slots);
+        std::mt19937 rng(rank + 1);
+        std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+        for (size_t i = 0; i < s.T * s.H; ++i)
+          storeValue(trncclBfloat16, tokens.data(), i, uniform(rng));  // truncated: still bf16
+        if (trncclEpDispatch(routing, tokens.data(), s.H, weights.data(), received.data(),
+                             slotWeights.data(), nullptr, slots) != trncclSuccess)
+          f.add("dispatch failed: %s", trncclGetLastError(nullptr));
+        std::vector<char> first, again(s.T * s.H * 2);
+        for (int run = 0; run < 5; ++run) {
+          if (trncclEpCombine(routing, received.data(), s.H, again.data(), 1) != trncclSuccess)
+            f.add("combine run %d failed: %s", run, trncclGetLastError(nullptr));
+          if (run == 0)
+            first = again;
+          else if (first != again)
+            f.add("combine run %d differs bitwise from run 0", run);
+        }
+        trncclEpRoutingDestroy(routing);
+        trncclEpGroupDestroy(group);
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Moe,
+                         ::testing::Combine(::testing::Values(std::string("shm")),
+                                            ::testing::Values(1, 2, 3, 4, 5, 8)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+INSTANTIATE_TEST_SUITE_P(
+    Nodes, Moe, ::testing::Combine(::testing::Values(std::string("nodes")), ::testing::Values(4)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
+    });
+
+// Bad input fails on every rank alike, before any token moves, with a message that names
+// the rank, the counts and the knob.
+std::string lastErrorOf(trncclComm_t comm) {
+  const char* text = trncclGetLastError(comm);
+  return text ? text : "";
+}
+
+void expectError(Failures& f, const char* what, trncclResult_t rc, trncclResult_t want,
+                 const std::string& message, const std::vector<std::string>& mentions) {
+  if (rc != want) f.add("%s: result %d, want %d (%s)", what, rc, want, message.c_str());
+  for (const auto& needle : mentions)
+    if (message.find(needle) == std::string::npos)
+      f.add("%s: message lacks '%s': %s", what, needle.c_str(), message.c_str());
+}
+
+TEST(MoeErrors, BadInputFailsOnEveryRankWithAClearMessage) {
+  auto outcomes = withComm(
+      3, [&](int rank) { setupLayout("shm", rank); },
+      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+        const int E = 6, K = 2;
+        trncclEpGroup_t group = makeGroup(f, comm, nranks, E, 4, trncclFloat32, 8);
+        if (!group) return;
+        trncclEpRouting_t routing = nullptr;
+        // An expert id out of range on rank 1: rank 1 names the entry, the others rank 1.
+        std::vector<int32_t> idx = {0, 1, 2, 3};
+        if (rank == 1) idx[3] = E;
+        trncclResult_t rc = trncclEpCreateRouting(group, idx.data(), trncclInt32, 2, K,
+                                                  trncclEpLayoutFlat, &routing);
+        expectError(f, "bad id", rc, trncclInvalidArgument, lastErrorOf(comm),
+                    rank == 1 ? std::vector<std::string>{"topk_idx[1][1] = 6", "rank 1"}
+                              : std::vector<std::string>{"rank 1 passed bad arguments"});
+        // The same expert twice in a row on rank 2.
+        idx = {0, 1, 2, 3};
+        if (rank == 2) idx = {4, 4, 2, 3};
+        rc = trncclEpCreateRouting(group, idx.data(), trncclInt32, 2, K, trncclEpLayoutFlat,
+                                   &routing);
+        expectError(f, "duplicate id", rc, trncclInvalidArgument, lastErrorOf(comm),
+                    rank == 2 ? std::vector<std::string>{"names expert 4 twice"}
+                              : std::vector<std::string>{"rank 2 passed bad arguments"});
+        // More tokens than maxDispatchTokensPerRank (4), and topk 0.
+        std::vector<int64_t> many(5 * K);
+        for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int64_t>(i % K);
+        rc = trncclEpCreateRouting(group, many.data(), trncclInt64, rank == 0 ? 5 : 1, K,
+                                   trncclEpLayoutFlat, &routing);
+        expectError(f, "too many tokens", rc, trncclInvalidArgument, lastErrorOf(comm),
+                    rank == 0 ? std::vector<std::string>{"max_dispatch_tokens_per_rank"}
+                              : std::vector<std::string>{"rank 0"});
+        rc = trncclEpCreateRouting(group, idx.data(), trncclInt32, 2, 0, trncclEpLayoutFlat,
+                                   &routing);
+        expectError(f, "topk 0", rc, trncclInvalidArgument, lastErrorOf(comm), {"topk=0"});
+        // Overflow: every token of every rank to both of rank 0's experts, in a group whose
+        // capacity (12) fits the flat layout's 12 rows but not expert-major's 24 slots.
+        trncclEpConfig_t tight = TRNCCL_EP_CONFIG_INITIALIZER;
+        tight.numExperts = E;
+        tight.maxDispatchTokensPerRank = 4;
+        tight.maxRecvTokensPerRank = 12;
+        tight.maxTokenBytes = 32;
+        tight.payloadType = trncclFloat32;
+        trncclEpGroup_t small = nullptr;
+        if (trncclEpGroupCreate(comm, &tight, &small) != trncclSuccess)
+          f.add("tight group: %s", lastErrorOf(comm).c_str());
+        std::vector<int32_t> toRank0 = {0, 1, 0, 1, 0, 1, 0, 1};
+        rc = trncclEpCreateRouting(small, toRank0.data(), trncclInt32, 4, K, trncclEpLayoutFlat,
+                                   &routing);
+        if (rc != trncclSuccess)
+          f.add("12 rows fit 12: %s", lastErrorOf(comm).c_str());
+        else
+          trncclEpRoutingDestroy(routing);
+        rc = trncclEpCreateRouting(small, toRank0.data(), trncclInt32, 4, K,
+                                   trncclEpLayoutExpertMajor, &routing);
+        expectError(f, "overflow", rc, trncclInvalidUsage, lastErrorOf(comm),
+                    {"rank 0 would receive 24 slots", "maxRecvTokensPerRank",
+                     "max_recv_tokens_per_rank", "is 12"});
+        trncclEpGroupDestroy(small);
+        // A routing that works (every rank receives); then a too-small output, a wrong hidden,
+        // a weighted flat combine.
+        idx = {0, 2, 4, 1};
+        rc = trncclEpCreateRouting(group, idx.data(), trncclInt32, 2, K, trncclEpLayoutFlat,
+                                   &routing);
+        if (rc != trncclSuccess) {
+          f.add("valid routing failed: %s", lastErrorOf(comm).c_str());
+          return;
+        }
+        size_t numRecv = 0;
+        (void)trncclEpRoutingGetCounts(routing, &numRecv, nullptr, 0);
+        std::vector<float> tokens(2 * 8, 1.0f), out(16 * 8), weights(16 * K);
+        rc = trncclEpDispatch(routing, tokens.data(), 8, nullptr, out.data(), weights.data(),
+                              nullptr, numRecv - 1);
+        expectError(f, "small output", rc, trncclInvalidArgument, lastErrorOf(comm),
+                    {"outCapacity is " + std::to_string(numRecv - 1)});
+        rc = trncclEpDispatch(routing, tokens.data(), 9, nullptr, out.data(), weights.data(),
+                              nullptr, 16);
+        expectError(f, "hidden", rc, trncclInvalidArgument, lastErrorOf(comm),
+                    {"hidden=9", "maxTokenBytes"});
+        rc = trncclEpCombine(routing, out.data(), 8, tokens.data(), 1);
+        expectError(f, "weighted flat", rc, trncclInvalidArgument, lastErrorOf(comm),
+                    {"expert-major"});
+        // After all that, the group still works.
+        if (trncclEpDispatch(routing, tokens.data(), 8, nullptr, out.data(), weights.data(),
+                             nullptr, 16) != trncclSuccess ||
+            trncclEpCombine(routing, out.data(), 8, tokens.data(), 0) != trncclSuccess)
+          f.add("valid calls after errors failed: %s", lastErrorOf(comm).c_str());
+        trncclEpRoutingDestroy(routing);
+        trncclEpGroupDestroy(group);
+        // Different configurations on different ranks.
+        trncclEpConfig_t mine = TRNCCL_EP_CONFIG_INITIALIZER;
+        mine.numExperts = rank == 2 ? 9 : 6;
+        mine.maxDispatchTokensPerRank = 4;
+        mine.maxRecvTokensPerRank = 12;
+        mine.maxTokenBytes = 32;
+        mine.payloadType = trncclFloat32;
+        rc = trncclEpGroupCreate(comm, &mine, &group);
+        expectError(f, "config mismatch", rc, trncclInvalidUsage, lastErrorOf(comm),
+                    {"configuration", "every rank must pass the same"});
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+}  // namespace
