@@ -2,6 +2,7 @@
 // and trnccl::Error (code + the library's sentence) instead of result codes.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <stdexcept>
@@ -275,6 +276,169 @@ class Comm {
     if (!ok) throw Error(trncclInvalidArgument, what);
   }
   trncclComm_t comm_ = nullptr;
+};
+
+// MoE token dispatch and combine (include/trnccl.h, trncclEp*). Token buffers are spans of any
+// element type whose bytes hold the group's payload type (bf16 has no C++ type: use uint16_t).
+class EpRouting {
+ public:
+  EpRouting(EpRouting&& other) noexcept
+      : raw_(std::exchange(other.raw_, nullptr)),
+        comm_(other.comm_),
+        tokenBytes_(other.tokenBytes_),
+        topk_(other.topk_),
+        numTokens_(other.numTokens_),
+        localExperts_(other.localExperts_),
+        layout_(other.layout_) {}
+  EpRouting& operator=(EpRouting&& other) noexcept {
+    if (this != &other) {
+      reset();
+      raw_ = std::exchange(other.raw_, nullptr);
+      comm_ = other.comm_;
+      tokenBytes_ = other.tokenBytes_;
+      topk_ = other.topk_;
+      numTokens_ = other.numTokens_;
+      localExperts_ = other.localExperts_;
+      layout_ = other.layout_;
+    }
+    return *this;
+  }
+  EpRouting(const EpRouting&) = delete;
+  EpRouting& operator=(const EpRouting&) = delete;
+  ~EpRouting() { reset(); }
+
+  trncclEpRouting_t get() const { return raw_; }
+  // Rows (flat) or slots (expert-major) this rank receives.
+  size_t numRecv() const {
+    size_t n = 0;
+    check(trncclEpRoutingGetCounts(raw_, &n, nullptr, 0), comm_);
+    return n;
+  }
+  // Per local expert, the (token, expert) pairs this rank receives.
+  std::vector<int32_t> perExpertCounts() const {
+    std::vector<int32_t> counts(localExperts_);
+    check(trncclEpRoutingGetCounts(raw_, nullptr, counts.data(), localExperts_), comm_);
+    return counts;
+  }
+
+  // weights: numTokens x topk (empty: all 1); outIdx: flat layout only (may be empty).
+  template <typename T>
+  void dispatch(std::span<const T> tokens, size_t hidden, std::span<const float> weights,
+                std::span<T> outTokens, std::span<float> outWeights,
+                std::span<int64_t> outIdx = {}) {
+    const size_t rows = checkDispatch(tokens.size_bytes(), hidden, weights.size(),
+                                      outTokens.size_bytes(), outWeights.size(), outIdx.size());
+    check(trncclEpDispatch(raw_, tokens.data(), hidden, weights.empty() ? nullptr : weights.data(),
+                           outTokens.data(), outWeights.empty() ? nullptr : outWeights.data(),
+                           outIdx.empty() ? nullptr : outIdx.data(), rows),
+          comm_);
+  }
+  template <typename T>
+  Request dispatchAsync(std::span<const T> tokens, size_t hidden, std::span<const float> weights,
+                        std::span<T> outTokens, std::span<float> outWeights,
+                        std::span<int64_t> outIdx = {}) {
+    const size_t rows = checkDispatch(tokens.size_bytes(), hidden, weights.size(),
+                                      outTokens.size_bytes(), outWeights.size(), outIdx.size());
+    trncclRequest_t raw = nullptr;
+    check(trncclEpDispatchAsync(raw_, tokens.data(), hidden,
+                                weights.empty() ? nullptr : weights.data(), outTokens.data(),
+                                outWeights.empty() ? nullptr : outWeights.data(),
+                                outIdx.empty() ? nullptr : outIdx.data(), rows, &raw),
+          comm_);
+    return Request(raw);
+  }
+  // out: numTokens x hidden, the sum of every row or slot that came from each token.
+  template <typename T>
+  void combine(std::span<const T> expertTokens, size_t hidden, std::span<T> out,
+               bool weighted = false) {
+    if (out.size_bytes() < numTokens_ * hidden * tokenBytes_ ||
+        expertTokens.size_bytes() < numRecv() * hidden * tokenBytes_)
+      throw Error(trncclInvalidArgument,
+                  "EpRouting::combine: out needs numTokens x hidden and expertTokens numRecv() x "
+                  "hidden elements");
+    check(trncclEpCombine(raw_, expertTokens.data(), hidden, out.data(), weighted ? 1 : 0), comm_);
+  }
+
+ private:
+  friend class EpGroup;
+  EpRouting(trncclEpRouting_t raw, trncclComm_t comm, size_t tokenBytes, int topk, size_t numTokens,
+            int localExperts, trncclEpLayout_t layout)
+      : raw_(raw),
+        comm_(comm),
+        tokenBytes_(tokenBytes),
+        topk_(topk),
+        numTokens_(numTokens),
+        localExperts_(localExperts),
+        layout_(layout) {}
+  // Returns the output capacity in rows or slots; throws on a span too small.
+  size_t checkDispatch(size_t tokenBytes, size_t hidden, size_t weights, size_t outBytes,
+                       size_t outWeights, size_t outIdx) const {
+    const size_t row = hidden * tokenBytes_;
+    if (hidden == 0 || tokenBytes < numTokens_ * row ||
+        (weights != 0 && weights < numTokens_ * topk_))
+      throw Error(trncclInvalidArgument,
+                  "EpRouting::dispatch: tokens need numTokens x hidden elements and weights "
+                  "numTokens x topk (or none)");
+    const size_t perRow = layout_ == trncclEpLayoutFlat ? static_cast<size_t>(topk_) : 1;
+    size_t rows = outBytes / row;
+    if (outWeights) rows = std::min(rows, outWeights / perRow);
+    if (outIdx && layout_ == trncclEpLayoutFlat) rows = std::min(rows, outIdx / perRow);
+    return rows;
+  }
+  void reset() noexcept {
+    if (raw_) (void)trncclEpRoutingDestroy(std::exchange(raw_, nullptr));
+  }
+  trncclEpRouting_t raw_ = nullptr;
+  trncclComm_t comm_ = nullptr;
+  size_t tokenBytes_ = 0;
+  int topk_ = 0;
+  size_t numTokens_ = 0;
+  int localExperts_ = 0;
+  trncclEpLayout_t layout_ = trncclEpLayoutFlat;
+};
+
+// An expert-parallel group on comm (collective); must not outlive it.
+class EpGroup {
+ public:
+  EpGroup(const Comm& comm, const trncclEpConfig_t& config)
+      : comm_(comm.get()),
+        tokenBytes_(config.payloadType == trncclFloat32 ? 4 : 2),
+        localExperts_(config.numExperts / std::max(1, comm.size())) {
+    check(trncclEpGroupCreate(comm_, &config, &raw_), comm_);
+  }
+  EpGroup(EpGroup&& other) noexcept
+      : raw_(std::exchange(other.raw_, nullptr)),
+        comm_(other.comm_),
+        tokenBytes_(other.tokenBytes_),
+        localExperts_(other.localExperts_) {}
+  EpGroup(const EpGroup&) = delete;
+  EpGroup& operator=(const EpGroup&) = delete;
+  ~EpGroup() {
+    if (raw_) (void)trncclEpGroupDestroy(raw_);
+  }
+  trncclEpGroup_t get() const { return raw_; }
+
+  // topkIdx: numTokens x topk expert ids (-1 = none). Collective.
+  template <typename Index>
+  EpRouting route(std::span<const Index> topkIdx, int topk,
+                  trncclEpLayout_t layout = trncclEpLayoutFlat) {
+    static_assert(std::is_same_v<Index, int32_t> || std::is_same_v<Index, int64_t>,
+                  "top-k ids are int32_t or int64_t");
+    if (topk <= 0 || topkIdx.size() % topk != 0)
+      throw Error(trncclInvalidArgument, "EpGroup::route: topkIdx must hold numTokens x topk ids");
+    const size_t numTokens = topkIdx.size() / topk;
+    trncclEpRouting_t raw = nullptr;
+    check(trncclEpCreateRouting(raw_, topkIdx.data(), DataType<Index>::value, numTokens, topk,
+                                layout, &raw),
+          comm_);
+    return EpRouting(raw, comm_, tokenBytes_, topk, numTokens, localExperts_, layout);
+  }
+
+ private:
+  trncclEpGroup_t raw_ = nullptr;
+  trncclComm_t comm_ = nullptr;
+  size_t tokenBytes_ = 2;
+  int localExperts_ = 0;
 };
 
 // RAII group: trncclGroupStart now, trncclGroupEnd at scope exit (or end() to see errors).

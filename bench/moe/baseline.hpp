@@ -1,0 +1,38 @@
+// The dispatch frameworks write by hand today (TorchTitan's all-to-all token dispatcher), as
+// the benchmark's baseline: exchange per-expert counts with an all-to-all, wait for them on the
+// host, permute one copy of each token per (token, expert) pair into expert order, all-to-all-v
+// the rows, (experts), all-to-all-v them back, inverse-permute and sum with the routing weights.
+// Run over MPI (MPI_Alltoall / MPI_Alltoallv) or over trnccl's own trncclAllToAll(v).
+#pragma once
+
+#include <vector>
+
+#include "moe/workload.hpp"
+#include "trnccl.h"
+
+namespace trnccl::bench::moe {
+
+class Baseline {
+ public:
+  enum class Over { kMpi, kTrnccl };
+  Baseline(Over over, trncclComm_t comm, int rank, int nranks, const Shape& shape);
+  // One round trip with identity experts; out: tokens x hidden. false on a failed call.
+  bool roundTrip(const Workload& w, void* out);
+  // Bytes of payload this rank sent to other ranks in the dispatch half of the last trip.
+  size_t sentBytes() const { return sentBytes_; }
+
+ private:
+  bool countsExchange(const std::vector<int>& sendCounts, std::vector<int>* recvCounts);
+  bool exchange(const void* send, const std::vector<size_t>& sendRows, void* recv,
+                const std::vector<size_t>& recvRows);
+
+  Over over_;
+  trncclComm_t comm_;
+  int rank_, nranks_;
+  Shape shape_;
+  size_t sentBytes_ = 0;
+  std::vector<char> sendBuf_, recvBuf_, backBuf_;
+  std::vector<size_t> order_;  // pair index (t * topk + k) of each permuted row
+};
+
+}  // namespace trnccl::bench::moe

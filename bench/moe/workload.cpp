@@ -1,0 +1,98 @@
+#include "moe/workload.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "core/dtype.hpp"
+
+namespace trnccl::bench::moe {
+
+size_t Shape::rowBytes() const {
+  return hidden * dtypeSize(dtype);
+}
+
+float loadPayload(trncclDataType_t type, const void* base, size_t i) {
+  switch (type) {
+    case trncclBfloat16: return bf16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    case trncclFloat16: return fp16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    default: return static_cast<const float*>(base)[i];
+  }
+}
+
+void storePayload(trncclDataType_t type, void* base, size_t i, float value) {
+  switch (type) {
+    case trncclBfloat16: static_cast<uint16_t*>(base)[i] = floatToBf16(value); break;
+    case trncclFloat16: static_cast<uint16_t*>(base)[i] = floatToFp16(value); break;
+    default: static_cast<float*>(base)[i] = value;
+  }
+}
+
+Workload makeWorkload(int rank, const Shape& s) {
+  std::mt19937_64 rng(0x5eed + rank * 1000003ull + s.tokens * 31 + s.topk);
+  // Expert popularity p(e) ~ (e + 1)^-zipf; top-k distinct experts drawn without replacement.
+  std::vector<double> popularity(s.experts);
+  for (int e = 0; e < s.experts; ++e) popularity[e] = std::pow(e + 1.0, -s.zipf);
+  Workload w;
+  w.topkIdx.assign(s.tokens * s.topk, -1);
+  w.weights.assign(s.tokens * s.topk, 0.0f);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (size_t t = 0; t < s.tokens; ++t) {
+    std::vector<double> left = popularity;
+    double total = 0;
+    for (double p : left) total += p;
+    float weightSum = 0;
+    for (int k = 0; k < s.topk; ++k) {
+      double pick = uniform(rng) * total;
+      int e = 0;
+      while (e + 1 < s.experts && (pick -= left[e]) > 0) ++e;
+      while (left[e] == 0) e = (e + 1) % s.experts;  // rounding landed on a taken expert
+      total -= left[e];
+      left[e] = 0;
+      w.topkIdx[t * s.topk + k] = e;
+      w.weights[t * s.topk + k] = static_cast<float>(0.5 + uniform(rng));
+      weightSum += w.weights[t * s.topk + k];
+    }
+    for (int k = 0; k < s.topk; ++k) w.weights[t * s.topk + k] /= weightSum;
+  }
+  w.tokens.resize(s.tokens * s.rowBytes());
+  std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+  for (size_t i = 0; i < s.tokens * s.hidden; ++i)
+    storePayload(s.dtype, w.tokens.data(), i, value(rng));
+  return w;
+}
+
+size_t countWrong(const Shape& s, const Workload& w, const void* out) {
+  const double tolerance = s.dtype == trncclFloat32 ? 1e-5 : s.dtype == trncclFloat16 ? 2e-3 : 2e-2;
+  size_t wrong = 0;
+  for (size_t t = 0; t < s.tokens; ++t) {
+    double scale = 0;
+    for (int k = 0; k < s.topk; ++k)
+      if (w.topkIdx[t * s.topk + k] >= 0) scale += w.weights[t * s.topk + k];
+    for (size_t h = 0; h < s.hidden; ++h) {
+      const double x = loadPayload(s.dtype, w.tokens.data(), t * s.hidden + h);
+      const double got = loadPayload(s.dtype, out, t * s.hidden + h);
+      if (std::fabs(got - x * scale) > tolerance * (std::fabs(x) + 1e-3)) ++wrong;
+    }
+  }
+  return wrong;
+}
+
+bool parseDtype(const std::string& name, trncclDataType_t* type) {
+  if (name == "bf16" || name == "bfloat16")
+    *type = trncclBfloat16;
+  else if (name == "fp16" || name == "half" || name == "float16")
+    *type = trncclFloat16;
+  else if (name == "fp32" || name == "float" || name == "float32")
+    *type = trncclFloat32;
+  else
+    return false;
+  return true;
+}
+
+const char* dtypeLabel(trncclDataType_t type) {
+  return type == trncclBfloat16 ? "bf16" : type == trncclFloat16 ? "fp16" : "fp32";
+}
+
+}  // namespace trnccl::bench::moe

@@ -1,0 +1,43 @@
+// One MoE step's inputs for the dispatch benchmark: each rank's tokens, top-k expert choice
+// (uniform, or Zipf-skewed towards the low expert ids) and routing weights, and the checks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trnccl.h"
+
+namespace trnccl::bench::moe {
+
+struct Shape {
+  size_t tokens = 2048;  // per rank
+  size_t hidden = 2048;
+  int topk = 4;
+  int experts = 16;
+  trncclDataType_t dtype = trncclBfloat16;
+  trncclEpLayout_t layout = trncclEpLayoutExpertMajor;
+  double zipf = 0;  // 0 = uniform
+  size_t rowBytes() const;
+};
+
+struct Workload {
+  std::vector<int64_t> topkIdx;  // tokens x topk
+  std::vector<float> weights;    // tokens x topk, each row sums to 1
+  std::vector<char> tokens;      // tokens x hidden of dtype
+};
+
+Workload makeWorkload(int rank, const Shape& shape);
+
+// Element i of a payload buffer as a float, and back (bf16, fp16, fp32).
+float loadPayload(trncclDataType_t type, const void* base, size_t i);
+void storePayload(trncclDataType_t type, void* base, size_t i, float value);
+
+// With identity experts, a weighted round trip must give token x times the sum of its valid
+// weights. Returns the number of elements outside the payload type's tolerance.
+size_t countWrong(const Shape& shape, const Workload& w, const void* out);
+
+bool parseDtype(const std::string& name, trncclDataType_t* type);
+const char* dtypeLabel(trncclDataType_t type);
+
+}  // namespace trnccl::bench::moe
