@@ -48,6 +48,9 @@ int main() {
     config.maxRecvTokensPerRank = kTokens * nranks * kTopk;  // the worst case: no overflow
     config.maxTokenBytes = kHidden * sizeof(float);
     config.payloadType = trncclFloat32;
+    // Normal mode: the routing knows its counts (the expert zones) before the first dispatch.
+    // (Auto would pick the low-latency mode for batches this small.)
+    config.mode = trncclEpModeNormal;
     trnccl::EpGroup group(comm, config);
 
     // Every rank draws the same router and teacher; each expert starts from its own matrix.

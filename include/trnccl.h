@@ -263,7 +263,30 @@ trncclResult_t trncclCommGetPeerTraffic(trncclComm_t comm, trncclPeerTraffic_t* 
 typedef struct trncclEpGroup* trncclEpGroup_t;
 typedef struct trncclEpRouting* trncclEpRouting_t;
 
-typedef enum { trncclEpLayoutFlat = 0, trncclEpLayoutExpertMajor = 1 } trncclEpLayout_t;
+typedef enum {
+  trncclEpLayoutFlat = 0,
+  trncclEpLayoutExpertMajor = 1,
+  trncclEpLayoutForceInt = 0x7fffffff /* keeps any int a valid value (the library validates) */
+} trncclEpLayout_t;
+
+/* How a group exchanges tokens. Normal: creating a routing exchanges every rank's counts and
+ * ids (two small collectives), after which dispatch sends only rows and weights, and the
+ * counts are known before the first dispatch. Low latency (decode-sized batches): creating a
+ * routing is local; each dispatch sends every peer its rows' ids and weights in one message of
+ * fixed capacity (maxDispatchTokensPerRank rows), then the rows, so the counts are known once
+ * the first dispatch has run; outputs must hold the worst case (nranks x
+ * maxDispatchTokensPerRank rows, x min(topk, L) slots in expert-major). Auto: low latency when
+ * maxDispatchTokensPerRank <= 128 and maxRecvTokensPerRank holds the worst case, else normal.
+ * Hierarchical (multi-node): a token crosses to another node once, to the rank at this rank's
+ * position there, which forwards it inside its node; combine sums per node on the way back.
+ * Same outputs as normal; fewer bytes between nodes when tokens have several experts there. */
+typedef enum {
+  trncclEpModeAuto = 0,
+  trncclEpModeNormal = 1,
+  trncclEpModeLowLatency = 2,
+  trncclEpModeHierarchical = 3,
+  trncclEpModeForceInt = 0x7fffffff /* keeps any int a valid value (the library validates) */
+} trncclEpMode_t;
 
 #define TRNCCL_EP_CONFIG_MAGIC 0x74726e65u /* "trne" */
 typedef struct {
@@ -275,12 +298,13 @@ typedef struct {
   int maxRecvTokensPerRank;     /* rows (flat) or slots (expert-major) a rank can receive */
   size_t maxTokenBytes;         /* hidden * element size, at most */
   trncclDataType_t payloadType; /* trncclBfloat16, trncclFloat16 or trncclFloat32 */
+  trncclEpMode_t mode;          /* trncclEpModeAuto by default */
 } trncclEpConfig_t;
 
 #define TRNCCL_EP_CONFIG_INITIALIZER                                                   \
   {                                                                                    \
     sizeof(trncclEpConfig_t), TRNCCL_EP_CONFIG_MAGIC, TRNCCL_VERSION_CODE, 0, 0, 0, 0, \
-        trncclBfloat16                                                                 \
+        trncclBfloat16, trncclEpModeAuto                                               \
   }
 
 /* Collective over comm; every rank passes the same configuration (checked). The group uses
@@ -298,7 +322,9 @@ trncclResult_t trncclEpCreateRouting(trncclEpGroup_t group, const void* topkIdx,
                                      trncclDataType_t idxType, size_t numTokens, int topk,
                                      trncclEpLayout_t layout, trncclEpRouting_t* routing);
 /* What this rank receives: *numRecv rows (flat) or slots (expert-major); perExpertCounts (may
- * be NULL) gets, per local expert, the (token, expert) pairs received: capacity >= L. */
+ * be NULL) gets, per local expert, the (token, expert) pairs received: capacity >= L. In the
+ * low-latency mode the counts are known once a dispatch with the routing has run
+ * (trncclInvalidUsage before). */
 trncclResult_t trncclEpRoutingGetCounts(trncclEpRouting_t routing, size_t* numRecv,
                                         int32_t* perExpertCounts, int capacity);
 trncclResult_t trncclEpRoutingDestroy(trncclEpRouting_t routing);

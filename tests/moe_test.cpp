@@ -143,12 +143,16 @@ float expectedCombined(int me, int n, const Shape& s, const std::vector<int64_t>
 }
 
 // ---- one routing + dispatch + combine, checked ----
+// worst: 0 in the normal mode; in the low-latency mode the rows or slots the outputs must hold
+// (the counts are known only after the dispatch).
 void runStep(Failures& f, trncclEpGroup_t group, int me, int n, const Shape& s,
-             trncclDataType_t type, trncclEpLayout_t layout, bool async, uint64_t salt) {
+             trncclDataType_t type, trncclEpLayout_t layout, bool async, uint64_t salt,
+             size_t worst = 0) {
   const bool flat = layout == trncclEpLayoutFlat;
-  const std::string what = "T=" + std::to_string(s.T) + " K=" + std::to_string(s.K) +
-                           " E=" + std::to_string(s.E) + (flat ? " flat" : " expert_major") +
-                           (s.skew ? " skewed" : "") + " type=" + std::to_string(type);
+  const std::string what = std::string(worst ? "low-latency " : "") + "T=" + std::to_string(s.T) +
+                           " K=" + std::to_string(s.K) + " E=" + std::to_string(s.E) +
+                           (flat ? " flat" : " expert_major") + (s.skew ? " skewed" : "") +
+                           " type=" + std::to_string(type);
   auto idx = routingOf(me, s, salt);
   trncclEpRouting_t routing = nullptr;
   if (trncclEpCreateRouting(group, idx.data(), trncclInt64, s.T, s.K, layout, &routing) !=
@@ -160,14 +164,20 @@ void runStep(Failures& f, trncclEpGroup_t group, int me, int n, const Shape& s,
   const int L = s.E / n;
   size_t numRecv = 0;
   std::vector<int32_t> perExpert(L, -1);
-  if (trncclEpRoutingGetCounts(routing, &numRecv, perExpert.data(), L) != trncclSuccess)
-    f.add("%s: get counts failed", what.c_str());
-  if (numRecv != want.size())
-    f.add("%s: rank %d receives %zu, reference %zu", what.c_str(), me, numRecv, want.size());
-  std::vector<int32_t> wantPerExpert(L, 0);
-  for (const Slot& slot : want)
-    for (int64_t id : slot.ids) ++wantPerExpert[id];
-  if (perExpert != wantPerExpert) f.add("%s: per-expert counts differ", what.c_str());
+  auto checkCounts = [&] {
+    if (trncclEpRoutingGetCounts(routing, &numRecv, perExpert.data(), L) != trncclSuccess)
+      f.add("%s: get counts failed: %s", what.c_str(), trncclGetLastError(nullptr));
+    if (numRecv != want.size())
+      f.add("%s: rank %d receives %zu, reference %zu", what.c_str(), me, numRecv, want.size());
+    std::vector<int32_t> wantPerExpert(L, 0);
+    for (const Slot& slot : want)
+      for (int64_t id : slot.ids) ++wantPerExpert[id];
+    if (perExpert != wantPerExpert) f.add("%s: per-expert counts differ", what.c_str());
+  };
+  if (!worst)
+    checkCounts();
+  else if (trncclEpRoutingGetCounts(routing, &numRecv, nullptr, 0) != trncclInvalidUsage)
+    f.add("%s: low-latency counts were available before the dispatch", what.c_str());
 
   const size_t es = typeSize(type), rowBytes = s.H * es;
   std::vector<char> tokens(s.T * rowBytes);
@@ -177,7 +187,8 @@ void runStep(Failures& f, trncclEpGroup_t group, int me, int n, const Shape& s,
       storeValue(type, tokens.data(), t * s.H + h, tokenValue(me, t, h));
     for (int k = 0; k < s.K; ++k) weights[t * s.K + k] = weightOf(me, t, k);
   }
-  const size_t capacity = want.size() + 2;  // room past the end, checked untouched below
+  // Room past the end, checked untouched below.
+  const size_t capacity = (worst ? worst : want.size()) + 2;
   Guarded outTokens(capacity * rowBytes, 0x11);
   std::vector<float> outWeights(capacity * (flat ? s.K : 1), -7.0f);
   std::vector<int64_t> outIdx(capacity * s.K, -7);
@@ -197,6 +208,7 @@ void runStep(Failures& f, trncclEpGroup_t group, int me, int n, const Shape& s,
     trncclEpRoutingDestroy(routing);
     return;
   }
+  if (worst) checkCounts();
   int reported = 0;
   for (size_t j = 0; j < want.size() && reported < 3; ++j) {
     const Slot& slot = want[j];
@@ -236,7 +248,8 @@ void runStep(Failures& f, trncclEpGroup_t group, int me, int n, const Shape& s,
 
   // The experts: flat rows times the scale of this rank, expert-major slots times their
   // expert's. Combine, unweighted and (expert-major) weighted.
-  std::vector<char> expertOut(want.size() * rowBytes);
+  // Never empty: a low-latency combine requires the buffer whatever arrived.
+  std::vector<char> expertOut(std::max<size_t>(1, want.size()) * rowBytes);
   for (size_t j = 0; j < want.size(); ++j) {
     const float scale = flat ? expertScale(me) : expertScale(static_cast<int>(want[j].ids[0]));
     for (size_t h = 0; h < s.H; ++h)
@@ -268,13 +281,15 @@ void runStep(Failures& f, trncclEpGroup_t group, int me, int n, const Shape& s,
 }
 
 trncclEpGroup_t makeGroup(Failures& f, trncclComm_t comm, int n, int E, int maxTokens,
-                          trncclDataType_t type, size_t H) {
+                          trncclDataType_t type, size_t H,
+                          trncclEpMode_t mode = trncclEpModeNormal) {
   trncclEpConfig_t config = TRNCCL_EP_CONFIG_INITIALIZER;
   config.numExperts = E;
   config.maxDispatchTokensPerRank = maxTokens;
   config.maxRecvTokensPerRank = maxTokens * n * 8;  // every pair could land on one rank
   config.maxTokenBytes = H * typeSize(type);
   config.payloadType = type;
+  config.mode = mode;
   trncclEpGroup_t group = nullptr;
   if (trncclEpGroupCreate(comm, &config, &group) != trncclSuccess)
     f.add("group create failed: %s", trncclGetLastError(comm));
@@ -286,6 +301,8 @@ void setupLayout(const std::string& layout, int rank) {
   setenv("FI_TCP_IFACE", "lo", 1);
   setenv("FI_NET_IFACE", "lo", 1);
   if (layout == "nodes") setenv("TRNCCL_HOSTID", rank % 2 ? "node-b" : "node-a", 1);
+  // Three nodes of uneven size (5 ranks: 2, 2, 1): proxies wrap around the smaller node.
+  if (layout == "nodes3") setenv("TRNCCL_HOSTID", ("node-" + std::to_string(rank % 3)).c_str(), 1);
 }
 
 class Moe : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
@@ -302,20 +319,28 @@ TEST_P(Moe, DispatchAndCombineMatchTheSerialReference) {
         uint64_t salt = 1;
         for (trncclDataType_t type : types) {
           const size_t H = 40;
-          for (int K : {1, 2, 3, 8}) {
-            const int E = nranks * std::max(2, (K + nranks - 1) / nranks);
-            trncclEpGroup_t group = makeGroup(f, comm, nranks, E, 64, type, H);
-            if (!group) return;
-            for (trncclEpLayout_t lay : {trncclEpLayoutFlat, trncclEpLayoutExpertMajor})
-              for (size_t T : {size_t{0}, size_t{1}, size_t{37}})
-                for (bool skew : {false, true}) {
-                  if (skew && T == 0) continue;
-                  runStep(f, group, rank, nranks, Shape{T, K, E, H, skew}, type, lay,
-                          /*async=*/(salt % 3) == 0, salt);
-                  ++salt;
-                }
-            trncclEpGroupDestroy(group);
-          }
+          for (int K : {1, 2, 3, 8})
+            for (trncclEpMode_t mode :
+                 {trncclEpModeNormal, trncclEpModeLowLatency, trncclEpModeHierarchical}) {
+              const int E = nranks * std::max(2, (K + nranks - 1) / nranks), L = E / nranks;
+              trncclEpGroup_t group = makeGroup(f, comm, nranks, E, 64, type, H, mode);
+              if (!group) return;
+              const bool ll = mode == trncclEpModeLowLatency;
+              for (trncclEpLayout_t lay : {trncclEpLayoutFlat, trncclEpLayoutExpertMajor}) {
+                const size_t worst = !ll ? 0
+                                     : lay == trncclEpLayoutFlat
+                                         ? size_t(nranks) * 64
+                                         : size_t(nranks) * 64 * std::min(K, L);
+                for (size_t T : {size_t{0}, size_t{1}, size_t{37}})
+                  for (bool skew : {false, true}) {
+                    if (skew && T == 0) continue;
+                    runStep(f, group, rank, nranks, Shape{T, K, E, H, skew}, type, lay,
+                            /*async=*/(salt % 3) == 0, salt, worst);
+                    ++salt;
+                  }
+              }
+              trncclEpGroupDestroy(group);
+            }
         }
       });
   EXPECT_ALL_RANKS_OK(outcomes);
@@ -328,40 +353,42 @@ TEST_P(Moe, LargeRowsAndBitwiseReproducibleCombine) {
   auto outcomes = withComm(
       n, [&](int rank) { setupLayout(layout, rank); },
       [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
-        const Shape s{300, 4, nranks * 4, 2048, false};
-        trncclEpGroup_t group = makeGroup(f, comm, nranks, s.E, 300, trncclBfloat16, s.H);
-        if (!group) return;
-        runStep(f, group, rank, nranks, s, trncclBfloat16, trncclEpLayoutExpertMajor, false, 99);
-        // Random (non-integer) expert outputs: sums round, so only a fixed order repeats.
-        auto idx = routingOf(rank, s, 5);
-        trncclEpRouting_t routing = nullptr;
-        if (trncclEpCreateRouting(group, idx.data(), trncclInt64, s.T, s.K,
-                                  trncclEpLayoutExpertMajor, &routing) != trncclSuccess) {
-          f.add("create routing failed: %s", trncclGetLastError(nullptr));
-          return;
+        for (trncclEpMode_t mode : {trncclEpModeNormal, trncclEpModeHierarchical}) {
+          const Shape s{300, 4, nranks * 4, 2048, false};
+          trncclEpGroup_t group = makeGroup(f, comm, nranks, s.E, 300, trncclBfloat16, s.H, mode);
+          if (!group) return;
+          runStep(f, group, rank, nranks, s, trncclBfloat16, trncclEpLayoutExpertMajor, false, 99);
+          // Random (non-integer) expert outputs: sums round, so only a fixed order repeats.
+          auto idx = routingOf(rank, s, 5);
+          trncclEpRouting_t routing = nullptr;
+          if (trncclEpCreateRouting(group, idx.data(), trncclInt64, s.T, s.K,
+                                    trncclEpLayoutExpertMajor, &routing) != trncclSuccess) {
+            f.add("create routing failed: %s", trncclGetLastError(nullptr));
+            return;
+          }
+          size_t slots = 0;
+          (void)trncclEpRoutingGetCounts(routing, &slots, nullptr, 0);
+          std::vector<char> tokens(s.T * s.H * 2), received(slots * s.H * 2);
+          std::vector<float> weights(s.T * s.K, 0.3f), slotWeights(slots);
+          std::mt19937 rng(rank + 1);
+          std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+          for (size_t i = 0; i < s.T * s.H; ++i)
+            storeValue(trncclBfloat16, tokens.data(), i, uniform(rng));  // truncated: still bf16
+          if (trncclEpDispatch(routing, tokens.data(), s.H, weights.data(), received.data(),
+                               slotWeights.data(), nullptr, slots) != trncclSuccess)
+            f.add("dispatch failed: %s", trncclGetLastError(nullptr));
+          std::vector<char> first, again(s.T * s.H * 2);
+          for (int run = 0; run < 5; ++run) {
+            if (trncclEpCombine(routing, received.data(), s.H, again.data(), 1) != trncclSuccess)
+              f.add("combine run %d failed: %s", run, trncclGetLastError(nullptr));
+            if (run == 0)
+              first = again;
+            else if (first != again)
+              f.add("combine run %d differs bitwise from run 0", run);
+          }
+          trncclEpRoutingDestroy(routing);
+          trncclEpGroupDestroy(group);
         }
-        size_t slots = 0;
-        (void)trncclEpRoutingGetCounts(routing, &slots, nullptr, 0);
-        std::vector<char> tokens(s.T * s.H * 2), received(slots * s.H * 2);
-        std::vector<float> weights(s.T * s.K, 0.3f), slotWeights(slots);
-        std::mt19937 rng(rank + 1);
-        std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-        for (size_t i = 0; i < s.T * s.H; ++i)
-          storeValue(trncclBfloat16, tokens.data(), i, uniform(rng));  // truncated: still bf16
-        if (trncclEpDispatch(routing, tokens.data(), s.H, weights.data(), received.data(),
-                             slotWeights.data(), nullptr, slots) != trncclSuccess)
-          f.add("dispatch failed: %s", trncclGetLastError(nullptr));
-        std::vector<char> first, again(s.T * s.H * 2);
-        for (int run = 0; run < 5; ++run) {
-          if (trncclEpCombine(routing, received.data(), s.H, again.data(), 1) != trncclSuccess)
-            f.add("combine run %d failed: %s", run, trncclGetLastError(nullptr));
-          if (run == 0)
-            first = again;
-          else if (first != again)
-            f.add("combine run %d differs bitwise from run 0", run);
-        }
-        trncclEpRoutingDestroy(routing);
-        trncclEpGroupDestroy(group);
       });
   EXPECT_ALL_RANKS_OK(outcomes);
 }
@@ -373,11 +400,13 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Moe,
                            return std::get<0>(info.param) + "_" +
                                   std::to_string(std::get<1>(info.param));
                          });
-INSTANTIATE_TEST_SUITE_P(
-    Nodes, Moe, ::testing::Combine(::testing::Values(std::string("nodes")), ::testing::Values(4)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Nodes, Moe,
+                         ::testing::Values(std::make_tuple(std::string("nodes"), 4),
+                                           std::make_tuple(std::string("nodes3"), 5)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 // Bad input fails on every rank alike, before any token moves, with a message that names
 // the rank, the counts and the knob.
@@ -437,6 +466,7 @@ TEST(MoeErrors, BadInputFailsOnEveryRankWithAClearMessage) {
         tight.maxRecvTokensPerRank = 12;
         tight.maxTokenBytes = 32;
         tight.payloadType = trncclFloat32;
+        tight.mode = trncclEpModeNormal;
         trncclEpGroup_t small = nullptr;
         if (trncclEpGroupCreate(comm, &tight, &small) != trncclSuccess)
           f.add("tight group: %s", lastErrorOf(comm).c_str());
@@ -483,6 +513,37 @@ TEST(MoeErrors, BadInputFailsOnEveryRankWithAClearMessage) {
           f.add("valid calls after errors failed: %s", lastErrorOf(comm).c_str());
         trncclEpRoutingDestroy(routing);
         trncclEpGroupDestroy(group);
+        // Low latency: the capacity must hold every rank's tokens; a combine needs a dispatch
+        // first (that is when the counts arrive). An unknown mode is refused.
+        trncclEpConfig_t ll = tight;
+        ll.mode = trncclEpModeLowLatency;
+        ll.maxRecvTokensPerRank = 11;
+        rc = trncclEpGroupCreate(comm, &ll, &group);
+        expectError(f, "low-latency capacity", rc, trncclInvalidArgument, lastErrorOf(comm),
+                    {"nranks x maxDispatchTokensPerRank = 12", "maxRecvTokensPerRank is 11"});
+        ll.maxRecvTokensPerRank = 12;
+        if (trncclEpGroupCreate(comm, &ll, &group) != trncclSuccess) {
+          f.add("low-latency group: %s", lastErrorOf(comm).c_str());
+          return;
+        }
+        rc = trncclEpCreateRouting(group, toRank0.data(), trncclInt32, 4, K,
+                                   trncclEpLayoutExpertMajor, &routing);
+        expectError(f, "low-latency expert-major worst case", rc, trncclInvalidArgument,
+                    lastErrorOf(comm), {"= 24 slots", "use the flat layout"});
+        if (trncclEpCreateRouting(group, toRank0.data(), trncclInt32, 4, K, trncclEpLayoutFlat,
+                                  &routing) != trncclSuccess) {
+          f.add("low-latency routing: %s", lastErrorOf(comm).c_str());
+          return;
+        }
+        rc = trncclEpCombine(routing, out.data(), 8, tokens.data(), 0);
+        expectError(f, "low-latency combine first", rc, trncclInvalidUsage, lastErrorOf(comm),
+                    {"dispatch first"});
+        trncclEpRoutingDestroy(routing);
+        trncclEpGroupDestroy(group);
+        ll.mode = static_cast<trncclEpMode_t>(7);
+        rc = trncclEpGroupCreate(comm, &ll, &group);
+        expectError(f, "unknown mode", rc, trncclInvalidArgument, lastErrorOf(comm),
+                    {"mode 7 is not a trncclEpMode_t"});
         // Different configurations on different ranks.
         trncclEpConfig_t mine = TRNCCL_EP_CONFIG_INITIALIZER;
         mine.numExperts = rank == 2 ? 9 : 6;
@@ -493,6 +554,56 @@ TEST(MoeErrors, BadInputFailsOnEveryRankWithAClearMessage) {
         rc = trncclEpGroupCreate(comm, &mine, &group);
         expectError(f, "config mismatch", rc, trncclInvalidUsage, lastErrorOf(comm),
                     {"configuration", "every rank must pass the same"});
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// The hierarchical mode's path, proved by the traffic counters: across nodes a rank talks only
+// to its proxy (the rank at its own position in the other node), and a token crosses once per
+// node however many of its experts live there; the normal mode talks to every remote rank.
+TEST(MoeHierarchical, CrossesToOneProxyPerNode) {
+  auto outcomes = withComm(
+      4, [&](int rank) { setupLayout("nodes", rank); },
+      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+        const Shape s{64, 4, 8, 256, false};  // 2 experts per rank: tokens often hit 2 ranks
+        for (trncclEpMode_t mode : {trncclEpModeNormal, trncclEpModeHierarchical}) {
+          trncclEpGroup_t group = makeGroup(f, comm, nranks, s.E, 64, trncclFloat32, s.H, mode);
+          if (!group) return;
+          auto idx = routingOf(rank, s, 11);
+          trncclEpRouting_t routing = nullptr;
+          if (trncclEpCreateRouting(group, idx.data(), trncclInt64, s.T, s.K, trncclEpLayoutFlat,
+                                    &routing) != trncclSuccess) {
+            f.add("create routing: %s", trncclGetLastError(nullptr));
+            return;
+          }
+          std::vector<trncclPeerTraffic_t> before(nranks), after(nranks);
+          int count = 0;
+          (void)trncclCommGetPeerTraffic(comm, before.data(), nranks, &count);
+          std::vector<float> tokens(s.T * s.H, 1.0f), out(s.T * s.H);
+          std::vector<float> rows(64 * nranks * s.H), weights(64 * nranks * s.K);
+          if (trncclEpDispatch(routing, tokens.data(), s.H, nullptr, rows.data(), weights.data(),
+                               nullptr, 64 * nranks) != trncclSuccess ||
+              trncclEpCombine(routing, rows.data(), s.H, out.data(), 0) != trncclSuccess)
+            f.add("dispatch/combine: %s", trncclGetLastError(nullptr));
+          (void)trncclCommGetPeerTraffic(comm, after.data(), nranks, &count);
+          // Nodes alternate (node-a: 0, 2; node-b: 1, 3); position in the node = rank / 2.
+          const int proxy = rank % 2 == 0 ? rank + 1 : rank - 1;
+          uint64_t bytesToOtherNode = 0;
+          for (int q = 0; q < nranks; ++q) {
+            if (q % 2 == rank % 2) continue;
+            const uint64_t sent = after[q].sentMessages - before[q].sentMessages;
+            bytesToOtherNode += after[q].sentBytes - before[q].sentBytes;
+            if (mode == trncclEpModeHierarchical && q != proxy && sent != 0)
+              f.add("hierarchical: rank %d sent %llu messages to rank %d, not its proxy %d", rank,
+                    static_cast<unsigned long long>(sent), q, proxy);
+            if (mode == trncclEpModeNormal && sent == 0)
+              f.add("normal: rank %d sent nothing to remote rank %d (test cannot tell modes)", rank,
+                    q);
+          }
+          if (bytesToOtherNode == 0) f.add("mode %d: nothing crossed nodes", mode);
+          trncclEpRoutingDestroy(routing);
+          trncclEpGroupDestroy(group);
+        }
       });
   EXPECT_ALL_RANKS_OK(outcomes);
 }

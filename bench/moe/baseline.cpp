@@ -84,15 +84,15 @@ bool Baseline::roundTrip(const Workload& w, void* out) {
   if (!exchange(sendBuf_.data(), sendRows, recvBuf_.data(), recvRows)) return false;
   // (The experts would run here; identity experts return what came in.)
   if (!exchange(recvBuf_.data(), recvRows, backBuf_.data(), sendRows)) return false;
-  // Inverse permute and weighted sum, accumulated in fp32 per token.
-  std::vector<float> acc(s.tokens * s.hidden, 0.0f);
+  // Inverse permute and weighted sum, accumulated in fp32 per token (vectorized row loops,
+  // as a framework's fused kernel would be).
+  acc_.assign(s.tokens * s.hidden, 0.0f);
   for (size_t slot = 0; slot < pairs; ++slot) {
     const size_t pair = order_[slot], t = pair / K;
-    const float weight = w.weights[pair];
-    for (size_t h = 0; h < s.hidden; ++h)
-      acc[t * s.hidden + h] += weight * loadPayload(s.dtype, &backBuf_[slot * row], h);
+    addScaledRow(s.dtype, w.weights[pair], &backBuf_[slot * row], &acc_[t * s.hidden], s.hidden);
   }
-  for (size_t i = 0; i < acc.size(); ++i) storePayload(s.dtype, out, i, acc[i]);
+  for (size_t t = 0; t < s.tokens; ++t)
+    storeRow(s.dtype, &acc_[t * s.hidden], static_cast<char*>(out) + t * row, s.hidden);
   sentBytes_ = (pairs - sendRows[rank_]) * row;
   return true;
 }

@@ -33,6 +33,7 @@ class Baseline {
   size_t sentBytes_ = 0;
   std::vector<char> sendBuf_, recvBuf_, backBuf_;
   std::vector<size_t> order_;  // pair index (t * topk + k) of each permuted row
+  std::vector<float> acc_;
 };
 
 }  // namespace trnccl::bench::moe

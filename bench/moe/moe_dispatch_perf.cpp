@@ -29,6 +29,7 @@ struct Options {
   std::vector<size_t> tokens{2048};
   Shape shape;
   int iters = 5, warmup = 2, repeats = 3, check = 1;
+  trncclEpMode_t mode = trncclEpModeNormal;
   std::string json;
 };
 
@@ -45,7 +46,9 @@ const char kHelp[] =
     "  -d TYPE   payload: bf16, fp16, fp32 (bf16); fp8 is not built yet\n"
     "  -l NAME   layout: expert_major or flat (expert_major; flat combines unweighted)\n"
     "  -z X      Zipf exponent of the routing skew over expert ids (0 = uniform)\n"
-    "  -m MODE   engine mode: normal (the only one built; hierarchical and low-latency to come)\n"
+    "  -m MODE   engine mode: normal; low_latency (counts and ids ride with the dispatch, no\n"
+    "            exchange at routing); hierarchical (one copy per node across nodes, then\n"
+    "            fan-out inside the node); auto (low latency up to 128 tokens per rank) (normal)\n"
     "  -n N      timed iterations per measurement (5)\n"
     "  -w N      warm-up iterations (2)\n"
     "  -r N      interleaved repeats; figures are medians over them (3)\n"
@@ -87,7 +90,14 @@ bool parseOptions(int argc, char** argv, Options* o, int rank) {
             !std::strcmp(optarg, "flat") ? trncclEpLayoutFlat : trncclEpLayoutExpertMajor;
         break;
       case 'z': o->shape.zipf = std::atof(optarg); break;
-      case 'm': ok = !std::strcmp(optarg, "normal"); break;
+      case 'm':
+        ok = !std::strcmp(optarg, "normal") || !std::strcmp(optarg, "low_latency") ||
+             !std::strcmp(optarg, "hierarchical") || !std::strcmp(optarg, "auto");
+        o->mode = !std::strcmp(optarg, "low_latency")    ? trncclEpModeLowLatency
+                  : !std::strcmp(optarg, "hierarchical") ? trncclEpModeHierarchical
+                  : !std::strcmp(optarg, "auto")         ? trncclEpModeAuto
+                                                         : trncclEpModeNormal;
+        break;
       case 'n': o->iters = std::max(1, std::atoi(optarg)); break;
       case 'w': o->warmup = std::max(0, std::atoi(optarg)); break;
       case 'r': o->repeats = std::max(1, std::atoi(optarg)); break;
@@ -106,6 +116,13 @@ bool parseOptions(int argc, char** argv, Options* o, int rank) {
     }
   }
   return true;
+}
+
+const char* modeName(trncclEpMode_t mode) {
+  return mode == trncclEpModeLowLatency     ? "low_latency"
+         : mode == trncclEpModeHierarchical ? "hierarchical"
+         : mode == trncclEpModeAuto         ? "auto"
+                                            : "normal";
 }
 
 double nowUs() {
@@ -134,13 +151,15 @@ struct EngineTimes {
 
 class Engine {
  public:
-  Engine(trncclComm_t comm, int nranks, const Shape& s, size_t maxTokens) : shape_(s) {
+  Engine(trncclComm_t comm, int nranks, const Shape& s, size_t maxTokens, trncclEpMode_t mode)
+      : shape_(s) {
     trncclEpConfig_t config = TRNCCL_EP_CONFIG_INITIALIZER;
     config.numExperts = s.experts;
     config.maxDispatchTokensPerRank = static_cast<int>(maxTokens);
     config.maxRecvTokensPerRank = static_cast<int>(maxTokens * nranks * s.topk);
     config.maxTokenBytes = s.rowBytes();
     config.payloadType = s.dtype;
+    config.mode = mode;
     ok_ = trncclEpGroupCreate(comm, &config, &group_) == trncclSuccess;
     received_.resize(config.maxRecvTokensPerRank * s.rowBytes());
     weights_.resize(config.maxRecvTokensPerRank * s.topk);
@@ -243,11 +262,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moe_dispatch_perf: cannot write %s\n", o.json.c_str());
   if (rank == 0) {
     std::printf(
-        "# moe_dispatch_perf: %d ranks, H=%zu K=%d E=%d %s %s zipf=%.2f, mode normal; "
+        "# moe_dispatch_perf: %d ranks, H=%zu K=%d E=%d %s %s zipf=%.2f, mode %s; "
         "%d iters x %d repeats (medians), slowest rank\n",
         n, o.shape.hidden, o.shape.topk, o.shape.experts, dtypeLabel(o.shape.dtype),
-        o.shape.layout == trncclEpLayoutFlat ? "flat" : "expert_major", o.shape.zipf, o.iters,
-        o.repeats);
+        o.shape.layout == trncclEpLayoutFlat ? "flat" : "expert_major", o.shape.zipf,
+        modeName(o.mode), o.iters, o.repeats);
     std::printf("#%7s %9s %9s %9s %9s %8s %8s %8s %9s %9s %7s %7s %6s\n", "tokens", "route_us",
                 "disp_us", "comb_us", "trip_us", "disp_GBs", "sent_MB", "base_MB", "mpi_us",
                 "a2av_us", "x_mpi", "x_a2av", "#wrong");
@@ -258,7 +277,7 @@ int main(int argc, char** argv) {
     Shape s = o.shape;
     s.tokens = tokens;
     Workload w = makeWorkload(rank, s);
-    Engine engine(comm, n, s, maxTokens);
+    Engine engine(comm, n, s, maxTokens, o.mode);
     engine.setRank(rank, n);
     if (!engine.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, trncclGetLastError(comm));
@@ -330,15 +349,16 @@ int main(int argc, char** argv) {
       if (json)
         std::fprintf(json,
                      "{\"ranks\": %d, \"tokens\": %zu, \"hidden\": %zu, \"topk\": %d, "
-                     "\"experts\": %d, \"dtype\": \"%s\", \"layout\": \"%s\", \"zipf\": %.3f, "
+                     "\"experts\": %d, \"dtype\": \"%s\", \"layout\": \"%s\", \"mode\": \"%s\", "
+                     "\"zipf\": %.3f, "
                      "\"route_us\": %.2f, \"dispatch_us\": %.2f, \"combine_us\": %.2f, "
                      "\"roundtrip_us\": %.2f, \"mpi_alltoallv_us\": %s, "
                      "\"trnccl_alltoallv_us\": %.2f, \"sent_mb\": %.3f, \"baseline_mb\": %.3f, "
                      "\"wrong\": %.0f}\n",
                      n, tokens, s.hidden, s.topk, s.experts, dtypeLabel(s.dtype),
-                     s.layout == trncclEpLayoutFlat ? "flat" : "expert_major", s.zipf,
-                     median(route), dispUs, median(comb), tripUs, launch.viaMpi ? mpiText : "null",
-                     a2avUs, sentMB, baseMB, wrongAll);
+                     s.layout == trncclEpLayoutFlat ? "flat" : "expert_major", modeName(o.mode),
+                     s.zipf, median(route), dispUs, median(comb), tripUs,
+                     launch.viaMpi ? mpiText : "null", a2avUs, sentMB, baseMB, wrongAll);
     }
     if (wrongAll > 0) failed = 1;
   }

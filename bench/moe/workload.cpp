@@ -29,6 +29,26 @@ void storePayload(trncclDataType_t type, void* base, size_t i, float value) {
   }
 }
 
+void addScaledRow(trncclDataType_t type, float w, const void* row, float* acc, size_t n) {
+  const uint16_t* half = static_cast<const uint16_t*>(row);
+  if (type == trncclBfloat16)
+    for (size_t i = 0; i < n; ++i) acc[i] += w * bf16ToFloat(half[i]);
+  else if (type == trncclFloat16)
+    for (size_t i = 0; i < n; ++i) acc[i] += w * fp16ToFloat(half[i]);
+  else
+    for (size_t i = 0; i < n; ++i) acc[i] += w * static_cast<const float*>(row)[i];
+}
+
+void storeRow(trncclDataType_t type, const float* acc, void* row, size_t n) {
+  uint16_t* half = static_cast<uint16_t*>(row);
+  if (type == trncclBfloat16)
+    for (size_t i = 0; i < n; ++i) half[i] = floatToBf16(acc[i]);
+  else if (type == trncclFloat16)
+    for (size_t i = 0; i < n; ++i) half[i] = floatToFp16(acc[i]);
+  else
+    std::memcpy(row, acc, n * sizeof(float));
+}
+
 Workload makeWorkload(int rank, const Shape& s) {
   std::mt19937_64 rng(0x5eed + rank * 1000003ull + s.tokens * 31 + s.topk);
   // Expert popularity p(e) ~ (e + 1)^-zipf; top-k distinct experts drawn without replacement.

@@ -32,6 +32,9 @@ Workload makeWorkload(int rank, const Shape& shape);
 // Element i of a payload buffer as a float, and back (bf16, fp16, fp32).
 float loadPayload(trncclDataType_t type, const void* base, size_t i);
 void storePayload(trncclDataType_t type, void* base, size_t i, float value);
+// Whole rows: acc += w * row, and row = acc rounded to the payload type (typed loops).
+void addScaledRow(trncclDataType_t type, float w, const void* row, float* acc, size_t n);
+void storeRow(trncclDataType_t type, const float* acc, void* row, size_t n);
 
 // With identity experts, a weighted round trip must give token x times the sum of its valid
 // weights. Returns the number of elements outside the payload type's tolerance.

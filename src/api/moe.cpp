@@ -38,6 +38,7 @@ Status readConfig(const trncclEpConfig_t* config, trnccl::moe::EpConfig* out) {
   out->maxRecvTokens = config->maxRecvTokensPerRank;
   out->maxTokenBytes = config->maxTokenBytes;
   out->payload = config->payloadType;
+  out->mode = config->mode;
   return Status::ok();
 }
 
@@ -63,8 +64,9 @@ trncclResult_t dispatch(trncclEpRouting_t routing, const trnccl::moe::DispatchAr
   Status status = trnccl::moe::checkDispatch(*routing->impl, args);
   if (!status.isOk()) return report(routing->comm, status);
   auto impl = routing->impl;
-  std::string description = trnccl::strformat("%s(tokens=%zu, hidden=%zu, rows in=%zu)", fn,
-                                              impl->numTokens, args.hidden, impl->received());
+  impl->dispatchQueued.store(true);
+  std::string description = trnccl::strformat("%s(tokens=%zu, hidden=%zu, topk=%d)", fn,
+                                              impl->numTokens, args.hidden, impl->topk);
   return submitPlan(
       routing->comm, trnccl::CollKind::kMoeDispatch, std::move(description),
       [impl, args](trnccl::ScheduleBuilder& b) { return trnccl::moe::planDispatch(b, impl, args); },
@@ -140,6 +142,13 @@ trncclResult_t trncclEpRoutingGetCounts(trncclEpRouting_t routing, size_t* numRe
                             "rank %d trncclEpRoutingGetCounts: perExpertCounts holds %d entries "
                             "but this rank has %d local experts",
                             rt.group->rank(), capacity, L));
+  if (!rt.expertSideReady)
+    return report(routing->comm,
+                  makeError(Code::kInvalidUsage,
+                            "rank %d trncclEpRoutingGetCounts: in the low-latency mode the "
+                            "counts arrive with the dispatch; call it after the first "
+                            "trncclEpDispatch with this routing",
+                            rt.group->rank()));
   if (numRecv) *numRecv = rt.received();
   if (perExpertCounts)
     for (int e = 0; e < L; ++e) perExpertCounts[e] = rt.perExpert[e];

@@ -51,6 +51,9 @@ Result<bool> Operation::progress(ExecContext& ctx) {
     cursor_ = end;
   }
   blockedOnPeer_ = -1;
+  // Callbacks may hold what their plan captured (the MoE engine's routings, which hold the
+  // communicator): a pooled schedule must not keep it alive.
+  s.callbacks.clear();
   ctx.spareSchedules.push_back(std::move(schedule_));
   return true;
 }

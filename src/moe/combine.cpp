@@ -12,36 +12,35 @@
 
 namespace trnccl::moe {
 
-Status checkRowBytes(const Routing& routing, size_t hidden, const char* fn);  // dispatch.cpp
-
 namespace {
 
-const char* byteAt(const void* p, size_t offset) {
-  return static_cast<const char*>(p) + offset;
-}
-char* byteAt(void* p, size_t offset) {
-  return static_cast<char*>(p) + offset;
-}
-
-float loadElement(trncclDataType_t type, const void* row, size_t i) {
-  switch (type) {
-    case trncclBfloat16: return bf16ToFloat(static_cast<const uint16_t*>(row)[i]);
-    case trncclFloat16: return fp16ToFloat(static_cast<const uint16_t*>(row)[i]);
-    default: return static_cast<const float*>(row)[i];
+// acc[0..n) += w * row[0..n), row in the payload type: one loop per type, so each vectorizes.
+void addScaled(trncclDataType_t type, float w, const void* row, float* acc, size_t n) {
+  if (type == trncclBfloat16) {
+    const uint16_t* src = static_cast<const uint16_t*>(row);
+    for (size_t i = 0; i < n; ++i) acc[i] += w * bf16ToFloat(src[i]);
+  } else if (type == trncclFloat16) {
+    const uint16_t* src = static_cast<const uint16_t*>(row);
+    for (size_t i = 0; i < n; ++i) acc[i] += w * fp16ToFloat(src[i]);
+  } else {
+    const float* src = static_cast<const float*>(row);
+    for (size_t i = 0; i < n; ++i) acc[i] += w * src[i];
   }
 }
 
-void storeRow(trncclDataType_t type, const float* acc, void* row, size_t hidden) {
-  switch (type) {
-    case trncclBfloat16:
-      for (size_t i = 0; i < hidden; ++i) static_cast<uint16_t*>(row)[i] = floatToBf16(acc[i]);
-      break;
-    case trncclFloat16:
-      for (size_t i = 0; i < hidden; ++i) static_cast<uint16_t*>(row)[i] = floatToFp16(acc[i]);
-      break;
-    default: std::memcpy(row, acc, hidden * sizeof(float));
+void storeRow(trncclDataType_t type, const float* acc, void* row, size_t n) {
+  if (type == trncclBfloat16) {
+    uint16_t* dst = static_cast<uint16_t*>(row);
+    for (size_t i = 0; i < n; ++i) dst[i] = floatToBf16(acc[i]);
+  } else if (type == trncclFloat16) {
+    uint16_t* dst = static_cast<uint16_t*>(row);
+    for (size_t i = 0; i < n; ++i) dst[i] = floatToFp16(acc[i]);
+  } else {
+    copyBytes(row, acc, n * sizeof(float));
   }
 }
+
+}  // namespace
 
 // dst = srcs[0] + ... + srcs[n-1] (n may be 0 or 1), accumulated in fp32 in that order.
 void sumRows(trncclDataType_t type, void* dst, const void* const* srcs, int n, size_t hidden,
@@ -49,7 +48,7 @@ void sumRows(trncclDataType_t type, void* dst, const void* const* srcs, int n, s
   if (n == 0) {
     std::memset(dst, 0, rowBytes);
   } else if (n == 1) {
-    std::memcpy(dst, srcs[0], rowBytes);
+    copyBytes(dst, srcs[0], rowBytes);
   } else {
     ReduceArgs args{type, trncclSum, dst, srcs, n, hidden, 0};
     reduce(args);
@@ -58,6 +57,8 @@ void sumRows(trncclDataType_t type, void* dst, const void* const* srcs, int n, s
 
 // Expert-major rows for the trip back: each received row is the sum of its slots (weighted:
 // each slot times the weight it was dispatched with).
+namespace {
+
 void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, Staging& st) {
   const trncclDataType_t type = rt.group->config.payload;
   const int K = rt.topk;
@@ -65,7 +66,7 @@ void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, Staging&
   std::vector<const void*> srcs(K);
   st.accumulator.resize(a.hidden);
   for (size_t j = 0; j < rows; ++j) {
-    void* dst = &st.sendRows[j * rowBytes];
+    void* dst = st.sendRows.data() + (j * rowBytes);
     int n = 0;
     while (n < K && rt.slotOf[j * K + n] >= 0) {
       srcs[n] = byteAt(a.expertTokens, rt.slotOf[j * K + n] * rowBytes);
@@ -77,24 +78,33 @@ void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, Staging&
     }
     float* acc = st.accumulator.data();
     std::fill(acc, acc + a.hidden, 0.0f);
-    for (int i = 0; i < n; ++i) {
-      const float w = rt.slotWeights[rt.slotOf[j * K + i]];
-      for (size_t h = 0; h < a.hidden; ++h) acc[h] += w * loadElement(type, srcs[i], h);
-    }
+    for (int i = 0; i < n; ++i)
+      addScaled(type, rt.slotWeights[rt.slotOf[j * K + i]], srcs[i], acc, a.hidden);
     storeRow(type, acc, dst, a.hidden);
   }
 }
 
 }  // namespace
 
+const char* expertRowsInFlatOrder(const Routing& rt, const CombineArgs& a, size_t rowBytes,
+                                  Staging& st) {
+  if (rt.layout == trncclEpLayoutFlat) return static_cast<const char*>(a.expertTokens);
+  st.sendRows.resize(rt.recvRows() * rowBytes);
+  sumSlots(rt, a, rowBytes, st);
+  return st.sendRows.data();
+}
+
 Status checkCombine(const Routing& routing, const CombineArgs& a) {
   const EpGroup& g = *routing.group;
   const char* fn = "trncclEpCombine";
   TRNCCL_RETURN_IF_ERROR(checkRowBytes(routing, a.hidden, fn));
-  if (routing.received() > 0 && !a.expertTokens)
+  // Low latency: what arrived is known only to the dispatch (possibly still queued), so the
+  // buffer is required whatever it holds.
+  if (!a.expertTokens && (routing.lowLatency || routing.received() > 0))
     return makeError(Code::kInvalidArgument,
-                     "rank %d %s: expertTokens is NULL but this rank received %zu rows/slots",
-                     g.rank(), fn, routing.received());
+                     "rank %d %s: expertTokens is NULL but this rank received rows or slots "
+                     "(or, low latency, may have)",
+                     g.rank(), fn);
   if (routing.numTokens > 0 && !a.out)
     return makeError(Code::kInvalidArgument, "rank %d %s: out is NULL with %zu tokens", g.rank(),
                      fn, routing.numTokens);
@@ -104,6 +114,14 @@ Status checkCombine(const Routing& routing, const CombineArgs& a) {
                      "token and expert, so each slot has one weight); in the flat layout a row "
                      "mixes this rank's experts, so apply the weights before combining",
                      g.rank(), fn);
+  if ((routing.lowLatency || a.weighted) && !routing.dispatchQueued.load())
+    return makeError(Code::kInvalidUsage,
+                     "rank %d %s: %s from a dispatch with this routing, and none was made; "
+                     "dispatch first",
+                     g.rank(), fn,
+                     routing.lowLatency ? "a low-latency routing learns what this rank received "
+                                          "from its first dispatch, so combine needs one"
+                                        : "the weighted combine takes its weights");
   return Status::ok();
 }
 
@@ -116,19 +134,14 @@ Status planCombine(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
   const size_t rowBytes = a.hidden * dtypeSize(g.config.payload);
   const size_t rows = rt.sendBegin[n];
 
-  // Checked here, not when the call is made: a dispatch queued before it has run by now.
-  if (a.weighted && rt.slotWeights.size() != rt.recvSlots())
-    return makeError(Code::kInvalidUsage,
-                     "rank %d trncclEpCombine: weighted combine uses the weights of the last "
-                     "dispatch with this routing, and there was none",
+  // checkCombine saw a dispatch queued before this call; it has run by now.
+  if (!rt.expertSideReady || (a.weighted && rt.slotWeights.size() != rt.recvSlots()))
+    return makeError(Code::kInternalError,
+                     "rank %d trncclEpCombine: the dispatch queued before it left no layout "
+                     "or weights",
                      me);
-  // The expert side's rows, in the flat order.
-  const char* expertRows = static_cast<const char*>(a.expertTokens);
-  if (rt.layout == trncclEpLayoutExpertMajor) {
-    st.sendRows.resize(rt.recvRows() * rowBytes);
-    sumSlots(rt, a, rowBytes, st);
-    expertRows = st.sendRows.data();
-  }
+  if (rt.hierarchical) return planCombineHierarchical(b, routing, a);
+  const char* expertRows = expertRowsInFlatOrder(rt, a, rowBytes, st);
   st.recvRows.resize(rows * rowBytes);
   {
     ConcurrentSteps together(b);
@@ -137,7 +150,7 @@ Status planCombine(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
       if (rt.recvRowsFrom(q) > 0)
         b.send(q, byteAt(expertRows, rt.recvBegin[q] * rowBytes), rt.recvRowsFrom(q) * rowBytes);
       if (rt.sendRows(q) > 0)
-        b.recv(q, &st.recvRows[rt.sendBegin[q] * rowBytes], rt.sendRows(q) * rowBytes);
+        b.recv(q, st.recvRows.data() + (rt.sendBegin[q] * rowBytes), rt.sendRows(q) * rowBytes);
     }
   }
   CombineArgs args = a;
@@ -153,7 +166,7 @@ Status planCombine(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
         const size_t p = rt.tokenRows[i];
         srcs.push_back(p >= selfBegin && p < selfEnd
                            ? byteAt(expertRows, (rt.recvBegin[me] + (p - selfBegin)) * rowBytes)
-                           : &st.recvRows[p * rowBytes]);
+                           : st.recvRows.data() + (p * rowBytes));
       }
       sumRows(rt.group->config.payload, byteAt(args.out, t * rowBytes), srcs.data(),
               static_cast<int>(srcs.size()), args.hidden, rowBytes);

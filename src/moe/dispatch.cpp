@@ -9,17 +9,6 @@
 #include "moe/ep_group.hpp"
 
 namespace trnccl::moe {
-namespace {
-
-const char* byteAt(const void* p, size_t offset) {
-  return static_cast<const char*>(p) + offset;
-}
-char* byteAt(void* p, size_t offset) {
-  return static_cast<char*>(p) + offset;
-}
-
-}  // namespace
-
 Status checkRowBytes(const Routing& routing, size_t hidden, const char* fn) {
   const EpGroup& g = *routing.group;
   const size_t esize = dtypeSize(g.config.payload);
@@ -39,7 +28,8 @@ Status checkDispatch(const Routing& routing, const DispatchArgs& a) {
   if (routing.numTokens > 0 && !a.tokens)
     return makeError(Code::kInvalidArgument, "rank %d %s: tokens is NULL with %zu tokens", g.rank(),
                      fn, routing.numTokens);
-  const size_t need = routing.received();
+  // Low latency: the counts come with the dispatch, so outputs must hold the worst case.
+  const size_t need = routing.lowLatency ? routing.lowLatencyCapacity : routing.received();
   const char* unit = routing.layout == trncclEpLayoutFlat ? "rows" : "slots";
   if (a.outCapacity < need)
     return makeError(Code::kInvalidArgument,
@@ -53,95 +43,201 @@ Status checkDispatch(const Routing& routing, const DispatchArgs& a) {
   return Status::ok();
 }
 
-Status planDispatch(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
-                    const DispatchArgs& a) {
-  const Routing& rt = *routing;
-  const EpGroup& g = *rt.group;
-  Staging& st = *g.staging;
-  const int n = g.nranks(), me = g.rank(), K = rt.topk;
-  const size_t rowBytes = a.hidden * dtypeSize(g.config.payload);
-  const size_t rows = rt.sendBegin[n], recvRows = rt.recvRows();
-  const bool flat = rt.layout == trncclEpLayoutFlat;
+namespace {
 
-  // Pack: rows for peers into staging, every row's weights (in the order of its local ids).
+// Rows for peers into staging, and every row's weights in the order of its local ids.
+void pack(const Routing& rt, const DispatchArgs& a, size_t rowBytes, Staging& st) {
+  const int n = rt.group->nranks(), me = rt.group->rank(), K = rt.topk;
+  const size_t rows = rt.sendBegin[n];
   st.sendRows.resize(rows * rowBytes);
   st.sendWeights.resize(rows * K);
   for (int q = 0; q < n; ++q) {
     for (size_t p = rt.sendBegin[q]; p < rt.sendBegin[q + 1]; ++p) {
       const size_t t = rt.rowToken[p];
       if (q != me)
-        std::memcpy(&st.sendRows[p * rowBytes], byteAt(a.tokens, t * rowBytes), rowBytes);
+        copyBytes(st.sendRows.data() + (p * rowBytes), byteAt(a.tokens, t * rowBytes), rowBytes);
       for (int i = 0; i < K; ++i) {
         const int k = rt.rowK[p * K + i];
         st.sendWeights[p * K + i] = k < 0 ? 0.0f : (a.weights ? a.weights[t * K + k] : 1.0f);
       }
     }
   }
-  // Rows arrive in the caller's output (flat) or in staging (expert-major); weights always in
-  // staging, from which the final step writes them in the layout's shape.
+}
+
+// Writes what the layout asks for once every row and weight is in: flat, the weights and ids
+// beside the rows already in place; expert-major, each row into the slot of every local expert
+// it is for (this rank's own rows straight from its tokens).
+}  // namespace
+
+Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes) {
+  Staging& st = *rt.group->staging;
+  const int me = rt.group->rank(), K = rt.topk;
+  const size_t recvRows = rt.recvRows();
+  if (rt.layout == trncclEpLayoutFlat) {
+    if (args.outWeights)
+      copyBytes(args.outWeights, st.recvWeights.data(), recvRows * K * sizeof(float));
+    if (args.outIdx)
+      for (size_t e = 0; e < recvRows * K; ++e) args.outIdx[e] = rt.recvIds[e];
+    return Status::ok();
+  }
+  rt.slotWeights.assign(rt.recvSlots(), 0.0f);
+  const size_t selfBegin = rt.recvBegin[me], selfEnd = rt.recvBegin[me + 1];
+  for (size_t j = 0; j < recvRows; ++j) {
+    const char* row =
+        j >= selfBegin && j < selfEnd
+            ? byteAt(args.tokens, rt.rowToken[rt.sendBegin[me] + (j - selfBegin)] * rowBytes)
+            : st.recvRows.data() + (j * rowBytes);
+    for (int i = 0; i < K && rt.recvIds[j * K + i] >= 0; ++i) {
+      const int64_t slot = rt.slotOf[j * K + i];
+      copyBytes(byteAt(args.outTokens, slot * rowBytes), row, rowBytes);
+      rt.slotWeights[slot] = st.recvWeights[j * K + i];
+    }
+  }
+  if (args.outWeights)
+    copyBytes(args.outWeights, rt.slotWeights.data(), rt.slotWeights.size() * sizeof(float));
+  return Status::ok();
+}
+
+namespace {
+
+// The rows (and, unless they came already, the weights) between every pair of ranks, then
+// finish. The expert side (recvBegin) is known.
+void exchangeRows(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
+                  const DispatchArgs& a, size_t rowBytes, bool weightsToo) {
+  const Routing& rt = *routing;
+  Staging& st = *rt.group->staging;
+  const int n = rt.group->nranks(), me = rt.group->rank(), K = rt.topk;
+  const size_t recvRows = rt.recvRows();
+  const bool flat = rt.layout == trncclEpLayoutFlat;
+  // Rows arrive in the caller's output (flat) or in staging (expert-major); weights in
+  // staging, from which finish() writes them in the layout's shape.
   st.recvRows.resize(flat ? 0 : recvRows * rowBytes);
-  st.recvWeights.resize(recvRows * K);
   char* rowsInto = flat ? static_cast<char*>(a.outTokens) : st.recvRows.data();
   const size_t selfRows = rt.sendRows(me);
   if (flat)
     for (size_t i = 0; i < selfRows; ++i)
-      std::memcpy(byteAt(rowsInto, (rt.recvBegin[me] + i) * rowBytes),
-                  byteAt(a.tokens, rt.rowToken[rt.sendBegin[me] + i] * rowBytes), rowBytes);
-  std::memcpy(&st.recvWeights[rt.recvBegin[me] * K], &st.sendWeights[rt.sendBegin[me] * K],
-              selfRows * K * sizeof(float));
-
+      copyBytes(byteAt(rowsInto, (rt.recvBegin[me] + i) * rowBytes),
+                byteAt(a.tokens, rt.rowToken[rt.sendBegin[me] + i] * rowBytes), rowBytes);
   {
     ConcurrentSteps together(b);
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       if (rt.sendRows(q) > 0)
-        b.send(q, &st.sendRows[rt.sendBegin[q] * rowBytes], rt.sendRows(q) * rowBytes);
+        b.send(q, st.sendRows.data() + (rt.sendBegin[q] * rowBytes), rt.sendRows(q) * rowBytes);
       if (rt.recvRowsFrom(q) > 0)
         b.recv(q, byteAt(rowsInto, rt.recvBegin[q] * rowBytes), rt.recvRowsFrom(q) * rowBytes);
     }
   }
-  {
+  if (weightsToo) {
+    st.recvWeights.resize(recvRows * K);
+    copyBytes(st.recvWeights.data() + (rt.recvBegin[me] * K),
+              st.sendWeights.data() + (rt.sendBegin[me] * K), selfRows * K * sizeof(float));
     ConcurrentSteps together(b);  // one message per peer and direction at a time
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       if (rt.sendRows(q) > 0)
-        b.send(q, &st.sendWeights[rt.sendBegin[q] * K], rt.sendRows(q) * K * sizeof(float));
+        b.send(q, st.sendWeights.data() + (rt.sendBegin[q] * K),
+               rt.sendRows(q) * K * sizeof(float));
       if (rt.recvRowsFrom(q) > 0)
-        b.recv(q, &st.recvWeights[rt.recvBegin[q] * K], rt.recvRowsFrom(q) * K * sizeof(float));
+        b.recv(q, st.recvWeights.data() + (rt.recvBegin[q] * K),
+               rt.recvRowsFrom(q) * K * sizeof(float));
     }
   }
   DispatchArgs args = a;
   b.callback([routing, args, rowBytes](ScheduleBuilder&) {
-    Routing& rt = *routing;
-    Staging& st = *rt.group->staging;
-    const int me = rt.group->rank(), K = rt.topk;
-    const size_t recvRows = rt.recvRows();
-    if (rt.layout == trncclEpLayoutFlat) {
-      if (args.outWeights)
-        std::memcpy(args.outWeights, st.recvWeights.data(), recvRows * K * sizeof(float));
-      if (args.outIdx)
-        for (size_t e = 0; e < recvRows * K; ++e) args.outIdx[e] = rt.recvIds[e];
-      return Status::ok();
+    return finishDispatch(*routing, args, rowBytes);
+  });
+}
+
+// Low latency: one fixed-size message per peer carries the row count, the rows' local ids and
+// their weights (capacity: maxDispatchTokensPerRank rows); once all have arrived the expert
+// side is known, and the rows follow.
+size_t metaBytes(const Routing& rt) {
+  return sizeof(uint64_t) +
+         static_cast<size_t>(rt.group->config.maxDispatchTokens) * rt.topk * 2 * sizeof(int32_t);
+}
+
+void writeMeta(const Routing& rt, const Staging& st, int q, char* meta) {
+  const int K = rt.topk;
+  const uint64_t rows = rt.sendRows(q);
+  copyBytes(meta, &rows, sizeof rows);
+  char* ids = meta + sizeof rows;
+  char* weights = ids + static_cast<size_t>(rt.group->config.maxDispatchTokens) * K * 4;
+  copyBytes(ids, rt.sendIds.data() + (rt.sendBegin[q] * K), rows * K * sizeof(int32_t));
+  copyBytes(weights, st.sendWeights.data() + (rt.sendBegin[q] * K), rows * K * sizeof(float));
+}
+
+Status readMeta(Routing& rt, Staging& st, size_t capacity) {
+  const int n = rt.group->nranks(), K = rt.topk;
+  const size_t bytes = metaBytes(rt);
+  rt.recvBegin.assign(n + 1, 0);
+  for (int q = 0; q < n; ++q) {
+    uint64_t rows;
+    copyBytes(&rows, st.metaIn.data() + (q * bytes), sizeof rows);
+    if (rows > static_cast<uint64_t>(rt.group->config.maxDispatchTokens))
+      return makeError(Code::kRemoteError,
+                       "rank %d trncclEpDispatch (low latency): rank %d announced %llu rows, past "
+                       "the capacity of %d per rank; its routing or configuration differs",
+                       rt.group->rank(), q, static_cast<unsigned long long>(rows),
+                       rt.group->config.maxDispatchTokens);
+    rt.recvBegin[q + 1] = rt.recvBegin[q] + rows;
+  }
+  const size_t recvRows = rt.recvRows();
+  rt.recvIds.resize(recvRows * K);
+  st.recvWeights.resize(recvRows * K);
+  for (int q = 0; q < n; ++q) {
+    const char* ids = st.metaIn.data() + (q * bytes) + sizeof(uint64_t);
+    const char* weights = ids + static_cast<size_t>(rt.group->config.maxDispatchTokens) * K * 4;
+    const size_t rows = rt.recvRowsFrom(q);
+    copyBytes(rt.recvIds.data() + (rt.recvBegin[q] * K), ids, rows * K * sizeof(int32_t));
+    copyBytes(st.recvWeights.data() + (rt.recvBegin[q] * K), weights, rows * K * sizeof(float));
+  }
+  buildExpertSide(&rt);
+  if (rt.received() > capacity)  // cannot happen: capacity is the worst case
+    return makeError(Code::kInternalError,
+                     "rank %d trncclEpDispatch (low latency): %zu rows/slots arrived, past the "
+                     "worst case of %zu",
+                     rt.group->rank(), rt.received(), capacity);
+  return Status::ok();
+}
+
+Status planLowLatency(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
+                      const DispatchArgs& a, size_t rowBytes) {
+  Routing& rt = *routing;
+  Staging& st = *rt.group->staging;
+  const int n = rt.group->nranks(), me = rt.group->rank();
+  const size_t bytes = metaBytes(rt);
+  st.metaOut.resize(n * bytes);
+  st.metaIn.resize(n * bytes);
+  for (int q = 0; q < n; ++q) writeMeta(rt, st, q, st.metaOut.data() + (q * bytes));
+  copyBytes(st.metaIn.data() + (me * bytes), st.metaOut.data() + (me * bytes), bytes);
+  {
+    ConcurrentSteps together(b);
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      b.send(q, st.metaOut.data() + (q * bytes), bytes);
+      b.recv(q, st.metaIn.data() + (q * bytes), bytes);
     }
-    // Expert-major: each row into the slot of every local expert it is for. This rank's own
-    // rows come straight from its tokens.
-    rt.slotWeights.assign(rt.recvSlots(), 0.0f);
-    const size_t selfBegin = rt.recvBegin[me], selfEnd = rt.recvBegin[me + 1];
-    for (size_t j = 0; j < recvRows; ++j) {
-      const char* row =
-          j >= selfBegin && j < selfEnd
-              ? byteAt(args.tokens, rt.rowToken[rt.sendBegin[me] + (j - selfBegin)] * rowBytes)
-              : &st.recvRows[j * rowBytes];
-      for (int i = 0; i < K && rt.recvIds[j * K + i] >= 0; ++i) {
-        const int64_t slot = rt.slotOf[j * K + i];
-        std::memcpy(byteAt(args.outTokens, slot * rowBytes), row, rowBytes);
-        rt.slotWeights[slot] = st.recvWeights[j * K + i];
-      }
-    }
-    if (args.outWeights)
-      std::memcpy(args.outWeights, rt.slotWeights.data(), rt.slotWeights.size() * sizeof(float));
+  }
+  DispatchArgs args = a;
+  b.callback([routing, args, rowBytes](ScheduleBuilder& later) {
+    TRNCCL_RETURN_IF_ERROR(readMeta(*routing, *routing->group->staging, args.outCapacity));
+    exchangeRows(later, routing, args, rowBytes, /*weightsToo=*/false);
     return Status::ok();
   });
+  return Status::ok();
+}
+
+}  // namespace
+
+Status planDispatch(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
+                    const DispatchArgs& a) {
+  const Routing& rt = *routing;
+  const size_t rowBytes = a.hidden * dtypeSize(rt.group->config.payload);
+  if (rt.hierarchical) return planDispatchHierarchical(b, routing, a);
+  pack(rt, a, rowBytes, *rt.group->staging);
+  if (rt.lowLatency) return planLowLatency(b, routing, a, rowBytes);
+  exchangeRows(b, routing, a, rowBytes, /*weightsToo=*/true);
   return Status::ok();
 }
 

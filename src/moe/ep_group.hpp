@@ -6,7 +6,9 @@
 // are schedules planned from it, so they move bytes without exchanging counts again.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,13 +18,28 @@
 
 namespace trnccl::moe {
 
+inline const char* byteAt(const void* p, size_t offset) {
+  return static_cast<const char*>(p) + offset;
+}
+inline char* byteAt(void* p, size_t offset) {
+  return static_cast<char*>(p) + offset;
+}
+// memcpy that accepts the null pointers of empty buffers (memcpy itself does not).
+inline void copyBytes(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
 struct EpConfig {
   int numExperts = 0;
   int maxDispatchTokens = 0;
   int maxRecvTokens = 0;
   size_t maxTokenBytes = 0;
   trncclDataType_t payload = trncclBfloat16;
+  trncclEpMode_t mode = trncclEpModeAuto;
 };
+
+// Auto mode picks low latency up to this many tokens per rank (decode-sized batches).
+inline constexpr int kLowLatencyMaxTokens = 128;
 
 // Buffers reused across calls (operations on one communicator run one at a time, and the
 // engine fills them only when its operation is at the head of the queue).
@@ -32,16 +49,58 @@ struct Staging {
   std::vector<char> recvRows;  // dispatch (expert-major): rows before the scatter to slots;
                                // combine: the rows coming back, in packed order
   std::vector<float> recvWeights;
-  std::vector<float> accumulator;  // one token's fp32 sum
+  std::vector<float> accumulator;     // one token's fp32 sum
+  std::vector<char> metaOut, metaIn;  // low latency: per peer, count + ids + weights
+  std::vector<char> hop1Out, hop1In, hop2Out, hop2In;  // hierarchical: each hop's messages
+  std::vector<char> partial;                           // hierarchical combine: proxy sums
 };
 
 struct EpGroup {
   std::shared_ptr<Communicator> comm;
   EpConfig config;
-  int localExperts = 0;  // L = numExperts / nranks
+  int localExperts = 0;     // L = numExperts / nranks
+  bool lowLatency = false;  // the mode auto resolved to (or was asked for)
+  bool hierarchical = false;
   std::shared_ptr<Staging> staging = std::make_shared<Staging>();
   int rank() const { return comm->rank(); }
   int nranks() const { return comm->nranks(); }
+};
+
+// The hierarchical mode's two hops (hierarchical.cpp): a token crosses to another node once,
+// to this rank's proxy there (the rank at the same local position), which forwards it to the
+// ranks of its node that hold its experts; combine comes back the same way, summed at the
+// proxy. Rows a rank forwards for its own node start at itself (it is its own proxy there).
+struct HierarchicalLayout {
+  std::vector<int> nodeRanks;  // the ranks of this rank's node, ascending
+  int nodeIndex = 0;           // this rank's position in nodeRanks
+  // Origin: hop-1 rows, one per (token, other node holding one of its experts), by node.
+  std::vector<int> proxyOfNode;     // nodes: where this rank's rows for each node go
+  std::vector<size_t> hop1Begin;    // nodes + 1
+  std::vector<uint32_t> hop1Token;  // token of each hop-1 row
+  std::vector<int32_t> hop1Ids;     // hop-1 rows x topk: global ids on that node, else -1
+  // Per own token, the rows whose results combine sums, by node: a hop-1 row (>= 0), or
+  // -(1 + proxy row) for this rank's own node.
+  std::vector<size_t> tokenPartBegin;
+  std::vector<int64_t> tokenParts;
+  // Proxy: the origins of other nodes it serves and their hop-1 rows (staging order).
+  std::vector<int> hop1From;
+  std::vector<size_t> hop1InBegin;
+  std::vector<int32_t> hop1InIds;  // received hop-1 rows x topk global ids
+  // Proxy rows: own tokens with an expert on this node and served hop-1 rows, by origin, then
+  // in the origin's order. source: token index (own) or hop-1 staging row.
+  std::vector<int> proxyOrigin;
+  std::vector<uint32_t> proxySource;
+  // Hop 2: proxy rows to each rank of the node (nodeRanks order), in proxy-row order.
+  std::vector<size_t> hop2Begin;
+  std::vector<uint32_t> hop2Row;  // the proxy row of each hop-2 row
+  std::vector<int16_t> hop2K;     // hop-2 rows x topk: which k each receiver-local id is
+  std::vector<int32_t> hop2Ids;   // hop-2 rows x topk: receiver-local ids ascending, -1
+  // Each proxy row's hop-2 rows, by receiver (combine sums them in this order).
+  std::vector<size_t> proxyRowBegin;
+  std::vector<uint32_t> proxyRowHop2;
+  // Receiver: rows from each proxy of the node (nodeRanks order) and their flat row.
+  std::vector<size_t> hop2InBegin;
+  std::vector<size_t> finalRow;
 };
 
 struct Routing {
@@ -57,6 +116,18 @@ struct Routing {
   std::vector<int16_t> rowK;        // rows x topk: which top-k entry each local id came from
   std::vector<size_t> tokenBegin;   // numTokens + 1: token t's rows, ascending destination
   std::vector<uint32_t> tokenRows;  // packed row indices
+  std::vector<int32_t> sendIds;     // rows x topk: each packed row's local ids at its rank
+
+  // Low latency: the expert side below is filled by the first dispatch (expertSideReady), and
+  // outputs must hold lowLatencyCapacity rows or slots (the worst case).
+  bool lowLatency = false;
+  bool hierarchical = false;
+  HierarchicalLayout hier;
+  bool expertSideReady = false;
+  // Set when a dispatch with this routing is queued: a combine queued after it may rely on
+  // what that dispatch learns (low latency) or keeps (the weights).
+  std::atomic<bool> dispatchQueued{false};
+  size_t lowLatencyCapacity = 0;
 
   // Expert side. Rows from source q: [recvBegin[q], recvBegin[q + 1]) in the flat order.
   std::vector<size_t> recvBegin;
@@ -74,6 +145,16 @@ struct Routing {
   size_t sendRows(int q) const { return sendBegin[q + 1] - sendBegin[q]; }
   size_t recvRowsFrom(int q) const { return recvBegin[q + 1] - recvBegin[q]; }
 };
+
+// The expert side's per-expert counts and zones from recvBegin and recvIds (routing.cpp).
+void buildExpertSide(Routing* routing);
+
+// Hierarchical routing after the header exchange (hierarchical.cpp): idx are the caller's
+// top-k ids; header[q * width + word] every rank's header, whose rows per node start at
+// nodeWord. Builds both hops and the expert side.
+Status buildHierarchical(const EpGroup& g, Routing* routing, const void* idx,
+                         trncclDataType_t idxType, const std::vector<uint64_t>& header,
+                         size_t width, size_t nodeWord);
 
 // Checks the configuration (same on every rank: a collective) and builds the group.
 Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
@@ -101,6 +182,8 @@ struct CombineArgs {
   bool weighted = false;
 };
 
+// hidden within the group's maxTokenBytes (dispatch.cpp).
+Status checkRowBytes(const Routing& routing, size_t hidden, const char* fn);
 // Argument checks done before anything is queued (every buffer bound, before any byte moves).
 Status checkDispatch(const Routing& routing, const DispatchArgs& a);
 Status checkCombine(const Routing& routing, const CombineArgs& a);
@@ -109,5 +192,18 @@ Status planDispatch(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
                     const DispatchArgs& a);
 Status planCombine(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
                    const CombineArgs& a);
+// Pieces the modes share: dispatch's last step (the layout's outputs from rows and weights in
+// place, dispatch.cpp); combine's sums (combine.cpp): dst = srcs[0] + ... in fp32, rounded
+// once; and the expert side's rows in the flat order (expert-major: each row's slots summed,
+// weighted if asked, into staging).
+Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes);
+void sumRows(trncclDataType_t type, void* dst, const void* const* srcs, int n, size_t hidden,
+             size_t rowBytes);
+const char* expertRowsInFlatOrder(const Routing& rt, const CombineArgs& a, size_t rowBytes,
+                                  Staging& st);
+Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
+                                const DispatchArgs& a);
+Status planCombineHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
+                               const CombineArgs& a);
 
 }  // namespace trnccl::moe

@@ -23,7 +23,6 @@ const char* layoutName(trncclEpLayout_t layout) {
 
 struct LocalLayout {
   std::vector<uint64_t> rowsTo, pairsTo;
-  std::vector<int32_t> sendIds;  // rows x topk, the exchange's payload
 };
 
 int64_t idAt(const void* idx, trncclDataType_t type, size_t i) {
@@ -111,7 +110,7 @@ Status buildOrigin(const EpGroup& g, const void* idx, trncclDataType_t type, Rou
   const size_t rows = routing->sendBegin[n];
   routing->rowToken.resize(rows);
   routing->rowK.assign(rows * K, -1);
-  out->sendIds.assign(rows * K, -1);
+  routing->sendIds.assign(rows * K, -1);
   routing->tokenBegin.assign(T + 1, 0);
   routing->tokenRows.resize(rows);
   std::vector<size_t> cursor(routing->sendBegin.begin(), routing->sendBegin.end() - 1);
@@ -130,29 +129,12 @@ Status buildOrigin(const EpGroup& g, const void* idx, trncclDataType_t type, Rou
         last = q;
       }
       routing->rowK[row * K + slot] = static_cast<int16_t>(k);
-      out->sendIds[row * K + slot] = static_cast<int32_t>(id % L);
+      routing->sendIds[row * K + slot] = static_cast<int32_t>(id % L);
       ++slot;
     }
     routing->tokenBegin[t + 1] = tokenCursor;
   }
   return Status::ok();
-}
-
-// The expert side's zones from the received ids.
-void buildExpertSide(const EpGroup& g, Routing* routing) {
-  const int L = g.localExperts, K = routing->topk;
-  const size_t rows = routing->recvRows();
-  routing->perExpert.assign(L, 0);
-  for (int32_t id : routing->recvIds)
-    if (id >= 0) ++routing->perExpert[id];
-  routing->slotOf.clear();
-  if (routing->layout != trncclEpLayoutExpertMajor) return;
-  std::vector<int64_t> next(L, 0);
-  for (int e = 1; e < L; ++e) next[e] = next[e - 1] + routing->perExpert[e - 1];
-  routing->slotOf.assign(rows * K, -1);
-  for (size_t j = 0; j < rows; ++j)
-    for (int i = 0; i < K && routing->recvIds[j * K + i] >= 0; ++i)
-      routing->slotOf[j * K + i] = next[routing->recvIds[j * K + i]]++;
 }
 
 std::string countsText(const std::vector<uint64_t>& counts) {
@@ -172,7 +154,55 @@ CollArgs gatherArgs(const uint64_t* mine, uint64_t* all, size_t words) {
   return a;
 }
 
+// Low latency: no exchange now; the first dispatch carries the counts and ids. Outputs must
+// hold the worst case, which the group's capacity was checked against.
+Result<std::shared_ptr<Routing>> finishLowLatency(const EpGroup& g,
+                                                  const std::shared_ptr<Routing>& routing,
+                                                  const LocalLayout& local, Status status) {
+  if (!status.isOk()) return status;
+  const int n = g.nranks();
+  const bool flat = routing->layout == trncclEpLayoutFlat;
+  const uint64_t worst = static_cast<uint64_t>(n) * g.config.maxDispatchTokens *
+                         (flat ? 1 : std::min(routing->topk, g.localExperts));
+  if (worst > static_cast<uint64_t>(g.config.maxRecvTokens))
+    return makeError(Code::kInvalidArgument,
+                     "rank %d trncclEpCreateRouting: the low-latency mode's expert-major "
+                     "outputs hold the worst case, nranks x maxDispatchTokensPerRank x "
+                     "min(topk, experts per rank) = %llu slots, but maxRecvTokensPerRank "
+                     "(max_recv_tokens_per_rank) is %d; raise it, use the flat layout or "
+                     "trncclEpModeNormal",
+                     g.rank(), static_cast<unsigned long long>(worst), g.config.maxRecvTokens);
+  routing->lowLatency = true;
+  routing->lowLatencyCapacity = worst;
+  routing->recvBegin.assign(n + 1, 0);
+  TRNCCL_INFO(log::kMoe,
+              "%s rank %d: EP routing, mode low latency (no count exchange: the dispatch "
+              "carries counts and ids), layout %s: %zu tokens x top-%d in %zu rows; rows per "
+              "destination rank [%s]",
+              g.comm->name().c_str(), g.rank(), layoutName(routing->layout), routing->numTokens,
+              routing->topk, routing->sendBegin[n], countsText(local.rowsTo).c_str());
+  return routing;
+}
+
 }  // namespace
+
+// The expert side's zones from the received ids.
+void buildExpertSide(Routing* routing) {
+  const int L = routing->group->localExperts, K = routing->topk;
+  const size_t rows = routing->recvRows();
+  routing->perExpert.assign(L, 0);
+  for (int32_t id : routing->recvIds)
+    if (id >= 0) ++routing->perExpert[id];
+  routing->slotOf.clear();
+  routing->expertSideReady = true;
+  if (routing->layout != trncclEpLayoutExpertMajor) return;
+  std::vector<int64_t> next(L, 0);
+  for (int e = 1; e < L; ++e) next[e] = next[e - 1] + routing->perExpert[e - 1];
+  routing->slotOf.assign(rows * K, -1);
+  for (size_t j = 0; j < rows; ++j)
+    for (int i = 0; i < K && routing->recvIds[j * K + i] >= 0; ++i)
+      routing->slotOf[j * K + i] = next[routing->recvIds[j * K + i]]++;
+}
 
 size_t Routing::recvSlots() const {
   size_t slots = 0;
@@ -200,34 +230,49 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
                       "rank %d trncclEpGroupCreate: payload type %s is not supported (bf16, fp16 "
                       "or fp32)",
                       r, dtypeName(config.payload));
+  else if (config.mode < trncclEpModeAuto || config.mode > trncclEpModeHierarchical)
+    local = makeError(Code::kInvalidArgument,
+                      "rank %d trncclEpGroupCreate: mode %d is not a trncclEpMode_t", r,
+                      static_cast<int>(config.mode));
+  else if (config.mode == trncclEpModeLowLatency &&
+           static_cast<int64_t>(config.maxRecvTokens) <
+               static_cast<int64_t>(n) * config.maxDispatchTokens)
+    local =
+        makeError(Code::kInvalidArgument,
+                  "rank %d trncclEpGroupCreate: the low-latency mode receives up to nranks x "
+                  "maxDispatchTokensPerRank = %lld rows per rank without a count exchange, "
+                  "but maxRecvTokensPerRank is %d; raise it or use trncclEpModeNormal",
+                  r, static_cast<long long>(n) * config.maxDispatchTokens, config.maxRecvTokens);
   else if (config.maxTokenBytes == 0 || config.maxTokenBytes % dtypeSize(config.payload) != 0)
     local = makeError(Code::kInvalidArgument,
                       "rank %d trncclEpGroupCreate: maxTokenBytes=%zu must be a positive multiple "
                       "of the payload's element size (%zu)",
                       r, config.maxTokenBytes, dtypeSize(config.payload));
   // Every rank must hold the same configuration: gather everyone's and compare.
-  const uint64_t mine[6] = {local.isOk() ? 0u : 1u,
-                            static_cast<uint64_t>(config.numExperts),
-                            static_cast<uint64_t>(config.maxDispatchTokens),
-                            static_cast<uint64_t>(config.maxRecvTokens),
-                            config.maxTokenBytes,
-                            static_cast<uint64_t>(config.payload)};
-  std::vector<uint64_t> all(6 * n);
-  TRNCCL_RETURN_IF_ERROR(comm->run(gatherArgs(mine, all.data(), 6)));
+  constexpr size_t kWords = 7;
+  const uint64_t mine[kWords] = {local.isOk() ? 0u : 1u,
+                                 static_cast<uint64_t>(config.numExperts),
+                                 static_cast<uint64_t>(config.maxDispatchTokens),
+                                 static_cast<uint64_t>(config.maxRecvTokens),
+                                 config.maxTokenBytes,
+                                 static_cast<uint64_t>(config.payload),
+                                 static_cast<uint64_t>(config.mode)};
+  std::vector<uint64_t> all(kWords * n);
+  TRNCCL_RETURN_IF_ERROR(comm->run(gatherArgs(mine, all.data(), kWords)));
   if (!local.isOk()) return local;
   for (int q = 0; q < n; ++q) {
-    const uint64_t* theirs = &all[6 * q];
+    const uint64_t* theirs = all.data() + (kWords * q);
     if (theirs[0] != 0)
       return makeError(Code::kInvalidArgument,
                        "rank %d trncclEpGroupCreate: rank %d passed an invalid configuration "
                        "(its error says which)",
                        r, q);
-    if (!std::equal(mine + 1, mine + 6, theirs + 1))
+    if (!std::equal(mine + 1, mine + kWords, theirs + 1))
       return makeError(Code::kInvalidUsage,
                        "rank %d trncclEpGroupCreate: rank %d's configuration (numExperts=%llu, "
                        "maxDispatchTokensPerRank=%llu, maxRecvTokensPerRank=%llu, "
                        "maxTokenBytes=%llu) differs from this rank's (%d, %d, %d, %zu) or its "
-                       "payload type does; every rank must pass the same",
+                       "payload type or mode does; every rank must pass the same",
                        r, q, static_cast<unsigned long long>(theirs[1]),
                        static_cast<unsigned long long>(theirs[2]),
                        static_cast<unsigned long long>(theirs[3]),
@@ -238,12 +283,26 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
   group->comm = std::move(comm);
   group->config = config;
   group->localExperts = config.numExperts / n;
+  const bool worstCaseFits = static_cast<int64_t>(config.maxRecvTokens) >=
+                             static_cast<int64_t>(n) * config.maxDispatchTokens;
+  group->lowLatency = config.mode == trncclEpModeLowLatency ||
+                      (config.mode == trncclEpModeAuto &&
+                       config.maxDispatchTokens <= kLowLatencyMaxTokens && worstCaseFits);
+  group->hierarchical = config.mode == trncclEpModeHierarchical;
   TRNCCL_INFO(log::kMoe,
               "%s rank %d: EP group of %d ranks, %d experts (%d per rank), at most %d tokens "
-              "out and %d in per rank, %zu-byte tokens of %s",
+              "out and %d in per rank, %zu-byte tokens of %s; mode %s (%s)",
               group->comm->name().c_str(), r, n, config.numExperts, group->localExperts,
               config.maxDispatchTokens, config.maxRecvTokens, config.maxTokenBytes,
-              dtypeName(config.payload));
+              dtypeName(config.payload),
+              group->lowLatency     ? "low latency"
+              : group->hierarchical ? "hierarchical"
+                                    : "normal",
+              config.mode != trncclEpModeAuto ? "asked for"
+              : group->lowLatency
+                  ? "auto: decode-sized batches, and the receive capacity holds every rank's"
+                  : "auto: batches past the low-latency limit, or a receive capacity below the "
+                    "worst case");
   return group;
 }
 
@@ -260,12 +319,30 @@ Result<std::shared_ptr<Routing>> createRouting(std::shared_ptr<EpGroup> group, c
   LocalLayout local;
   Status status = checkArguments(g, idx, idxType, numTokens, topk, layout);
   if (status.isOk()) status = buildOrigin(g, idx, idxType, routing.get(), &local);
+  if (g.lowLatency) return finishLowLatency(g, routing, local, status);
   if (!status.isOk()) {  // still joins the exchange, so that every rank fails alike
     local.rowsTo.assign(n, 0);
     local.pairsTo.assign(n, 0);
   }
 
-  const size_t width = kHeaderFixed + 2 * n;
+  // Rows per node (tokens with an expert there): what each node's proxy receives in the
+  // hierarchical mode.
+  const topology::Topology& topo = g.comm->topology();
+  const int nodes = topo.nnodes();
+  std::vector<uint64_t> rowsToNode(nodes, 0);
+  if (status.isOk()) {
+    std::vector<int> rowDest(routing->sendBegin[n]);
+    for (int q = 0; q < n; ++q)
+      for (size_t p = routing->sendBegin[q]; p < routing->sendBegin[q + 1]; ++p) rowDest[p] = q;
+    std::vector<uint8_t> hit(nodes);
+    for (size_t t = 0; t < numTokens; ++t) {
+      std::fill(hit.begin(), hit.end(), 0);
+      for (size_t i = routing->tokenBegin[t]; i < routing->tokenBegin[t + 1]; ++i)
+        hit[topo.nodeOf(rowDest[routing->tokenRows[i]])] = 1;
+      for (int node = 0; node < nodes; ++node) rowsToNode[node] += hit[node];
+    }
+  }
+  const size_t nodeWord = kHeaderFixed + 2 * n, width = nodeWord + nodes;
   std::vector<uint64_t> header(width), all(width * n);
   header[0] = status.isOk() ? 0 : 1;
   header[1] = static_cast<uint64_t>(layout);
@@ -273,6 +350,7 @@ Result<std::shared_ptr<Routing>> createRouting(std::shared_ptr<EpGroup> group, c
   header[3] = numTokens;
   std::copy(local.rowsTo.begin(), local.rowsTo.end(), header.begin() + kHeaderFixed);
   std::copy(local.pairsTo.begin(), local.pairsTo.end(), header.begin() + kHeaderFixed + n);
+  std::copy(rowsToNode.begin(), rowsToNode.end(), header.begin() + nodeWord);
   TRNCCL_RETURN_IF_ERROR(g.comm->run(gatherArgs(header.data(), all.data(), width)));
   if (!status.isOk()) return status;
   auto at = [&](int q, size_t word) { return all[q * width + word]; };
@@ -315,12 +393,17 @@ Result<std::shared_ptr<Routing>> createRouting(std::shared_ptr<EpGroup> group, c
   for (int q = 0; q < n; ++q)
     routing->recvBegin[q + 1] = routing->recvBegin[q] + at(q, kHeaderFixed + r);
 
+  if (g.hierarchical) {
+    routing->hierarchical = true;
+    TRNCCL_RETURN_IF_ERROR(buildHierarchical(g, routing.get(), idx, idxType, all, width, nodeWord));
+    return routing;
+  }
   // Each row's local expert ids go to the rank that will receive the row.
   routing->recvIds.assign(routing->recvRows() * topk, -1);
   CollArgs ids;
   ids.kind = CollKind::kAllToAllv;
   ids.dtype = trncclInt32;
-  ids.sendbuff = local.sendIds.data();
+  ids.sendbuff = routing->sendIds.data();
   ids.recvbuff = routing->recvIds.data();
   for (int q = 0; q < n; ++q) {
     ids.sendcounts.push_back(routing->sendRows(q) * topk);
@@ -329,7 +412,7 @@ Result<std::shared_ptr<Routing>> createRouting(std::shared_ptr<EpGroup> group, c
     ids.rdispls.push_back(routing->recvBegin[q] * topk);
   }
   TRNCCL_RETURN_IF_ERROR(g.comm->run(ids));
-  buildExpertSide(g, routing.get());
+  buildExpertSide(routing.get());
 
   if (log::enabled(log::Level::kInfo, log::kMoe)) {
     uint64_t pairs = 0;
