@@ -29,7 +29,16 @@ void storePayload(trncclDataType_t type, void* base, size_t i, float value) {
   }
 }
 
-void addScaledRow(trncclDataType_t type, float w, const void* row, float* acc, size_t n) {
+// Cloned per instruction set like the engine's loops (src/moe/combine.cpp), so that the
+// baseline's weighted sum is as fast as a framework's kernel would be.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define BENCH_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define BENCH_CLONES
+#endif
+
+BENCH_CLONES void addScaledRow(trncclDataType_t type, float w, const void* row, float* acc,
+                               size_t n) {
   const uint16_t* half = static_cast<const uint16_t*>(row);
   if (type == trncclBfloat16)
     for (size_t i = 0; i < n; ++i) acc[i] += w * bf16ToFloat(half[i]);
@@ -39,7 +48,7 @@ void addScaledRow(trncclDataType_t type, float w, const void* row, float* acc, s
     for (size_t i = 0; i < n; ++i) acc[i] += w * static_cast<const float*>(row)[i];
 }
 
-void storeRow(trncclDataType_t type, const float* acc, void* row, size_t n) {
+BENCH_CLONES void storeRow(trncclDataType_t type, const float* acc, void* row, size_t n) {
   uint16_t* half = static_cast<uint16_t*>(row);
   if (type == trncclBfloat16)
     for (size_t i = 0; i < n; ++i) half[i] = floatToBf16(acc[i]);

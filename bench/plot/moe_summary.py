@@ -11,6 +11,7 @@ import sys
 
 def main(directory):
     rows = collections.defaultdict(list)
+    failed = []
     for path in sorted(pathlib.Path(directory).glob("*.jsonl")):
         match = re.match(r"(.+)_z([0-9.]+)_round(\d+)\.jsonl", path.name)
         if not match:
@@ -20,6 +21,10 @@ def main(directory):
             if not line.strip():
                 continue
             row = json.loads(line)
+            if row["wrong"] > 0:  # a run that failed (or checked wrong) is reported, not averaged
+                failed.append("%s zipf %g tokens %d (%s): %d wrong elements or a failed call"
+                              % (layout, row["zipf"], row["tokens"], path.name, row["wrong"]))
+                continue
             rows[(layout, row["zipf"], row["tokens"])].append(row)
     if not rows:
         print("no results")
@@ -51,6 +56,11 @@ def main(directory):
     print()
     print("Each cell: median over runs (range over runs); every run's figure is itself a "
           "median over interleaved repeats. Ratios > 1: the engine is faster.")
+    if failed:
+        print()
+        print("Runs left out because they failed (see log.txt):")
+        for line in failed:
+            print("- " + line)
     return 0
 
 

@@ -487,6 +487,12 @@ def build(results, out_path, plots_dir, warn):
         md += ["## Topology: hierarchical all-reduce on 2 emulated nodes x 2 ranks", ""]
         md += [read(topology).rstrip(), ""]
 
+    # scripts/bench_moe.sh writes its own summary (bench/plot/moe_summary.py).
+    moe = os.path.join(results, "moe", "summary.md")
+    if os.path.isfile(moe):
+        md += ["## MoE dispatch + combine (TokenSwitch engine, bench/moe/moe_dispatch_perf)", ""]
+        md += [read(moe).rstrip(), ""]
+
     if micro:
         md += ["## Micro benchmarks", ""]
         md.append("Google Benchmark; time is the real (wall-clock) time per iteration, GB/s is "

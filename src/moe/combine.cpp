@@ -14,8 +14,17 @@ namespace trnccl::moe {
 
 namespace {
 
+// The library is built for baseline x86-64; these two loops are cloned per instruction set
+// and picked at load time (GCC's ifunc), as the reduction kernels are (core/reduce.cpp).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TRNCCL_MOE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TRNCCL_MOE_CLONES
+#endif
+
 // acc[0..n) += w * row[0..n), row in the payload type: one loop per type, so each vectorizes.
-void addScaled(trncclDataType_t type, float w, const void* row, float* acc, size_t n) {
+TRNCCL_MOE_CLONES void addScaled(trncclDataType_t type, float w, const void* row, float* acc,
+                                 size_t n) {
   if (type == trncclBfloat16) {
     const uint16_t* src = static_cast<const uint16_t*>(row);
     for (size_t i = 0; i < n; ++i) acc[i] += w * bf16ToFloat(src[i]);
@@ -28,7 +37,7 @@ void addScaled(trncclDataType_t type, float w, const void* row, float* acc, size
   }
 }
 
-void storeRow(trncclDataType_t type, const float* acc, void* row, size_t n) {
+TRNCCL_MOE_CLONES void storeRow(trncclDataType_t type, const float* acc, void* row, size_t n) {
   if (type == trncclBfloat16) {
     uint16_t* dst = static_cast<uint16_t*>(row);
     for (size_t i = 0; i < n; ++i) dst[i] = floatToBf16(acc[i]);
