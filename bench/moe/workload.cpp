@@ -31,7 +31,7 @@ void storePayload(trncclDataType_t type, void* base, size_t i, float value) {
 
 // Cloned per instruction set like the engine's loops (src/moe/combine.cpp), so that the
 // baseline's weighted sum is as fast as a framework's kernel would be.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define BENCH_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define BENCH_CLONES

@@ -16,7 +16,8 @@ namespace {
 
 // The library is built for baseline x86-64; these two loops are cloned per instruction set
 // and picked at load time (GCC's ifunc), as the reduction kernels are (core/reduce.cpp).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: an ifunc resolver runs at load time, before its runtime exists.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define TRNCCL_MOE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TRNCCL_MOE_CLONES
