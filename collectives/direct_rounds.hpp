@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "collectives/algorithm.hpp"
+#include "core/copy.hpp"
 
 namespace trnccl {
 
@@ -38,12 +39,6 @@ void directRounds(ScheduleBuilder& b, const CollArgs& a, size_t rounds, bool pub
 
 inline size_t ceilDiv(size_t a, size_t b) {
   return (a + b - 1) / b;
-}
-inline const char* byteAt(const void* p, size_t offset) {
-  return static_cast<const char*>(p) + offset;
-}
-inline char* byteAt(void* p, size_t offset) {
-  return static_cast<char*>(p) + offset;
 }
 
 // Bytes of a window slot given to each rank when the slot is split n ways (64-byte aligned).

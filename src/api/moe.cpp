@@ -53,43 +53,51 @@ trncclResult_t submitPlan(trncclComm_t comm, trnccl::CollKind kind, std::string 
   return trncclSuccess;
 }
 
-trncclResult_t dispatch(trncclEpRouting_t routing, const trnccl::moe::DispatchArgs& args,
-                        trncclRequest_t* request, bool async) {
-  const char* fn = async ? "trncclEpDispatchAsync" : "trncclEpDispatch";
+// Every dispatch and combine entry point: the routing and request checks, the call's own
+// argument checks (before anything is queued), then run or queue its plan. prepare(impl) runs
+// once the call is accepted and returns the plan.
+template <typename Args, typename Check, typename Prepare>
+trncclResult_t engineCall(const char* fn, trnccl::CollKind kind, trncclEpRouting_t routing,
+                          const Args& args, trncclRequest_t* request, bool async, Check check,
+                          const char* detailFormat, long detail, Prepare prepare) {
   if (!routing)
     return report(nullptr, makeError(Code::kInvalidArgument, "%s: routing is NULL", fn));
   trnccl::api::CallGuard guard(routing->comm);
   if (async && !request)
     return report(routing->comm, makeError(Code::kInvalidArgument, "%s: request is NULL", fn));
-  Status status = trnccl::moe::checkDispatch(*routing->impl, args);
+  Status status = check(*routing->impl, args);
   if (!status.isOk()) return report(routing->comm, status);
-  auto impl = routing->impl;
-  impl->dispatchQueued.store(true);
-  std::string description = trnccl::strformat("%s(tokens=%zu, hidden=%zu, topk=%d)", fn,
-                                              impl->numTokens, args.hidden, impl->topk);
-  return submitPlan(
-      routing->comm, trnccl::CollKind::kMoeDispatch, std::move(description),
-      [impl, args](trnccl::ScheduleBuilder& b) { return trnccl::moe::planDispatch(b, impl, args); },
-      async ? request : nullptr);
+  std::string description =
+      trnccl::strformat("%s(tokens=%zu, hidden=%zu, ", fn, routing->impl->numTokens, args.hidden) +
+      trnccl::strformat(detailFormat, detail) + ")";
+  return submitPlan(routing->comm, kind, std::move(description), prepare(routing->impl),
+                    async ? request : nullptr);
+}
+
+trncclResult_t dispatch(trncclEpRouting_t routing, const trnccl::moe::DispatchArgs& args,
+                        trncclRequest_t* request, bool async) {
+  return engineCall(async ? "trncclEpDispatchAsync" : "trncclEpDispatch",
+                    trnccl::CollKind::kMoeDispatch, routing, args, request, async,
+                    trnccl::moe::checkDispatch, "topk=%ld",
+                    routing ? static_cast<long>(routing->impl->topk) : 0L,
+                    [&args](std::shared_ptr<trnccl::moe::Routing> impl) {
+                      impl->dispatchQueued.store(true);  // a combine queued next may rely on it
+                      return [impl, args](trnccl::ScheduleBuilder& b) {
+                        return trnccl::moe::planDispatch(b, impl, args);
+                      };
+                    });
 }
 
 trncclResult_t combine(trncclEpRouting_t routing, const trnccl::moe::CombineArgs& args,
                        trncclRequest_t* request, bool async) {
-  const char* fn = async ? "trncclEpCombineAsync" : "trncclEpCombine";
-  if (!routing)
-    return report(nullptr, makeError(Code::kInvalidArgument, "%s: routing is NULL", fn));
-  trnccl::api::CallGuard guard(routing->comm);
-  if (async && !request)
-    return report(routing->comm, makeError(Code::kInvalidArgument, "%s: request is NULL", fn));
-  Status status = trnccl::moe::checkCombine(*routing->impl, args);
-  if (!status.isOk()) return report(routing->comm, status);
-  auto impl = routing->impl;
-  std::string description = trnccl::strformat("%s(tokens=%zu, hidden=%zu, weighted=%d)", fn,
-                                              impl->numTokens, args.hidden, args.weighted);
-  return submitPlan(
-      routing->comm, trnccl::CollKind::kMoeCombine, std::move(description),
-      [impl, args](trnccl::ScheduleBuilder& b) { return trnccl::moe::planCombine(b, impl, args); },
-      async ? request : nullptr);
+  return engineCall(async ? "trncclEpCombineAsync" : "trncclEpCombine",
+                    trnccl::CollKind::kMoeCombine, routing, args, request, async,
+                    trnccl::moe::checkCombine, "weighted=%ld", static_cast<long>(args.weighted),
+                    [&args](std::shared_ptr<trnccl::moe::Routing> impl) {
+                      return [impl, args](trnccl::ScheduleBuilder& b) {
+                        return trnccl::moe::planCombine(b, impl, args);
+                      };
+                    });
 }
 
 }  // namespace

@@ -79,6 +79,7 @@ constexpr size_t kMinStreamingBytes = 4096;
 }  // namespace
 
 void copyBytes(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  if (bytes == 0) return;
 #if defined(__x86_64__)
   if (kind == CopyKind::kStreaming && bytes >= kMinStreamingBytes) {
     if (hasAvx2())

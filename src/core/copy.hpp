@@ -15,8 +15,17 @@ enum class CopyKind {
 };
 
 // dst and src must not overlap. kStreaming ends with a store fence, so a release store that
-// follows (a progress counter, a ring index) orders after the data.
-void copyBytes(void* dst, const void* src, size_t bytes, CopyKind kind);
+// follows (a progress counter, a ring index) orders after the data. An empty copy may pass the
+// null pointers of empty buffers (memcpy itself may not).
+void copyBytes(void* dst, const void* src, size_t bytes, CopyKind kind = CopyKind::kCached);
+
+// The address offset bytes into a buffer.
+inline const char* byteAt(const void* p, size_t offset) {
+  return static_cast<const char*>(p) + offset;
+}
+inline char* byteAt(void* p, size_t offset) {
+  return static_cast<char*>(p) + offset;
+}
 
 // Name of the streaming-store variant this CPU uses ("avx2", "sse2", or "memcpy").
 const char* streamingCopyIsa();

@@ -3,7 +3,6 @@
 // into their place in the caller's output (flat) or into staging that is then scattered into
 // the expert zones (expert-major), and writes the weights and local ids the layout asks for.
 // The counts were fixed by the routing, so nothing is exchanged but the rows and weights.
-#include <cstring>
 
 #include "core/dtype.hpp"
 #include "moe/ep_group.hpp"

@@ -8,25 +8,20 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm.hpp"
+#include "core/copy.hpp"
 #include "trnccl.h"
 
 namespace trnccl::moe {
 
-inline const char* byteAt(const void* p, size_t offset) {
-  return static_cast<const char*>(p) + offset;
-}
-inline char* byteAt(void* p, size_t offset) {
-  return static_cast<char*>(p) + offset;
-}
-// memcpy that accepts the null pointers of empty buffers (memcpy itself does not).
-inline void copyBytes(void* dst, const void* src, size_t bytes) {
-  if (bytes) std::memcpy(dst, src, bytes);
+// Entry i of the caller's top-k ids, int32 or int64 (checked at routing creation).
+inline int64_t expertIdAt(const void* idx, trncclDataType_t type, size_t i) {
+  return type == trncclInt32 ? static_cast<const int32_t*>(idx)[i]
+                             : static_cast<const int64_t*>(idx)[i];
 }
 
 struct EpConfig {

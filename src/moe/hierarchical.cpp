@@ -7,7 +7,6 @@
 // What a rank receives, and in what order, is exactly the normal mode's: only the path
 // differs. A rank is its own proxy for its own node.
 #include <algorithm>
-#include <cstring>
 
 #include "core/dtype.hpp"
 #include "core/log.hpp"
@@ -56,11 +55,6 @@ struct NodeMap {
   }
 };
 
-int64_t idOf(const void* idx, trncclDataType_t type, size_t i) {
-  return type == trncclInt32 ? static_cast<const int32_t*>(idx)[i]
-                             : static_cast<const int64_t*>(idx)[i];
-}
-
 // Message layout of both hops: a peer's rows, then their weights (topk floats each).
 size_t messageBytes(size_t rows, size_t rowBytes, int K) {
   return rows * (rowBytes + K * sizeof(float));
@@ -88,7 +82,7 @@ Status buildHierarchical(const EpGroup& g, Routing* rt, const void* idx, trncclD
   auto nodesOf = [&](size_t t) {
     std::fill(hits.begin(), hits.end(), 0);
     for (int k = 0; k < K; ++k) {
-      const int64_t id = idOf(idx, idxType, t * K + k);
+      const int64_t id = expertIdAt(idx, idxType, t * K + k);
       if (id >= 0) hits[nodeOfExpert(id)] = 1;
     }
   };
@@ -111,7 +105,7 @@ Status buildHierarchical(const EpGroup& g, Routing* rt, const void* idx, trncclD
       h.hop1Token[row] = static_cast<uint32_t>(t);
       hop1RowOf[t * N + node] = static_cast<int64_t>(row);
       for (int k = 0; k < K; ++k) {
-        const int64_t id = idOf(idx, idxType, t * K + k);
+        const int64_t id = expertIdAt(idx, idxType, t * K + k);
         if (id >= 0 && nodeOfExpert(id) == node) h.hop1Ids[row * K + k] = static_cast<int32_t>(id);
       }
     }
@@ -151,7 +145,7 @@ Status buildHierarchical(const EpGroup& g, Routing* rt, const void* idx, trncclD
       h.proxyOrigin.push_back(me);
       h.proxySource.push_back(static_cast<uint32_t>(t));
       for (int k = 0; k < K; ++k) {
-        const int64_t id = idOf(idx, idxType, t * K + k);
+        const int64_t id = expertIdAt(idx, idxType, t * K + k);
         proxyIds.push_back(id >= 0 && nodeOfExpert(id) == myNode ? static_cast<int32_t>(id) : -1);
       }
     }

@@ -25,11 +25,6 @@ struct LocalLayout {
   std::vector<uint64_t> rowsTo, pairsTo;
 };
 
-int64_t idAt(const void* idx, trncclDataType_t type, size_t i) {
-  return type == trncclInt32 ? static_cast<const int32_t*>(idx)[i]
-                             : static_cast<const int64_t*>(idx)[i];
-}
-
 Status checkArguments(const EpGroup& g, const void* idx, trncclDataType_t idxType, size_t numTokens,
                       int topk, trncclEpLayout_t layout) {
   const int r = g.rank();
@@ -66,7 +61,7 @@ Status tokenExperts(const EpGroup& g, const void* idx, trncclDataType_t type, si
                     std::vector<std::pair<int64_t, int>>* pairs) {
   pairs->clear();
   for (int k = 0; k < topk; ++k) {
-    int64_t id = idAt(idx, type, t * topk + k);
+    int64_t id = expertIdAt(idx, type, t * topk + k);
     if (id == -1) continue;
     if (id < 0 || id >= g.config.numExperts)
       return makeError(Code::kInvalidArgument,
