@@ -4,8 +4,6 @@
 // comm_topology.cpp, buffer registration in comm_registration.cpp.
 #include "comm.hpp"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <thread>
 
@@ -82,12 +80,6 @@ class PlanOperation final : public Operation {
   std::string description_;
   Communicator::PlanFn plan_;
 };
-
-inline void cpuRelax() {
-#if defined(__x86_64__)
-  __builtin_ia32_pause();
-#endif
-}
 
 }  // namespace
 
@@ -224,7 +216,12 @@ void Communicator::failLocked(const Status& status) {
   if (failure_.isOk()) {
     failure_ = status;
     if (efa_) efa_->shutdown();  // nothing posted may land in user buffers after this
-    if (!segment_.aborted()) segment_.raiseAbort(status.code(), rank_, status.message());
+    // A thread waiting here fails as soon as it sees abortRequested_, possibly before
+    // requestAbort raises the segment's flag: the peers still read that this rank aborted.
+    if (!segment_.aborted())
+      segment_.raiseAbort(status.code(), rank_,
+                          abortRequested_.load(std::memory_order_acquire) ? abortSentence()
+                                                                          : status.message());
     // Logged as a warning when a caller receives it (api/errors.cpp); INFO here has the time.
     TRNCCL_INFO(log::kColl, "communicator failed: %s", status.message().c_str());
     setLastError(status.message());
@@ -268,54 +265,6 @@ void Communicator::progressLocked() {
     failLocked(status);
     return;
   }
-}
-
-bool Communicator::test(const std::shared_ptr<Operation>& op) {
-  Operation::SpinHint unused;
-  return test(op, &unused);
-}
-
-bool Communicator::test(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint) {
-  if (op->finished.load(std::memory_order_acquire)) return true;
-  std::lock_guard<std::mutex> lock(mutex_);
-  progressLocked();
-  *hint = queue_.empty() ? Operation::SpinHint{} : queue_.front()->spinHint();
-  return op->finished.load(std::memory_order_acquire);
-}
-
-Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSeconds) {
-  Operation::SpinHint hint;
-  if (test(op, &hint)) return op->result;  // the common case for small calls: no clock read
-  // The clock is read only once a wait outlasts its first 64 polls: most small calls finish
-  // before that, and a clock read costs as much as the rest of their software path.
-  Deadline deadline;
-  bool deadlineSet = timeoutSeconds < 0;
-  int polls = 0;
-  while (!test(op, &hint)) {
-    // Watch the one word the head operation waits for (it lives in the node segment, which
-    // outlives every operation): the progress pass reruns as soon as a peer writes it, and
-    // after at most 64 pauses, so that health checks and other waiters still get their turn.
-    // TRNCCL_SPIN_COUNT counts progress passes, however long each watches its word.
-    if (++polls > spinCount_) {
-      sched_yield();
-    } else if (hint.word) {
-      for (int i = 0; i < watchPauses_ && hint.word->load(std::memory_order_acquire) == hint.seen;
-           ++i)
-        cpuRelax();
-    } else {
-      cpuRelax();
-    }
-    if ((polls & 63) != 0 || timeoutSeconds < 0) continue;
-    if (!deadlineSet) {
-      deadline = Deadline::after(timeoutSeconds);
-      deadlineSet = true;
-    } else if (deadline.expired())
-      return makeError(Code::kInProgress,
-                       "rank %d %s on %s: still in progress after the "
-                       "wait's %.3f s timeout",
-                       rank_, op->description().c_str(), options_.name.c_str(), timeoutSeconds);
-  }
-  return op->result;
 }
 
 Status Communicator::flush() {
@@ -391,11 +340,13 @@ void Communicator::markDeparted() {
   segment_.rankArea(localOfRank_[rank_])->departed.store(1, std::memory_order_release);
 }
 
+std::string Communicator::abortSentence() const {
+  return strformat("rank %d called trncclCommAbort on %s", rank_, options_.name.c_str());
+}
+
 void Communicator::requestAbort() {
   abortRequested_.store(true, std::memory_order_release);
-  segment_.raiseAbort(
-      Code::kAborted, rank_,
-      strformat("rank %d called trncclCommAbort on %s", rank_, options_.name.c_str()));
+  segment_.raiseAbort(Code::kAborted, rank_, abortSentence());
   std::lock_guard<std::mutex> lock(mutex_);
   failLocked(makeError(Code::kAborted, "rank %d %s: aborted by trncclCommAbort", rank_,
                        options_.name.c_str()));

@@ -124,14 +124,20 @@ class Communicator {
   Status pushLocked(const std::shared_ptr<Operation>& op);
   void progressLocked();
   Status healthLocked(Operation& op);
+  // The wait policy's pieces (comm_wait.cpp).
+  bool testWithHealthCheck(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint);
+  bool sleepOnce(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint, int64_t napNs);
   void failLocked(const Status& status);
   std::string describePeer(int rank) const;
+  std::string abortSentence() const;  // what peers read after trncclCommAbort
 
   int rank_ = 0;
   int nranks_ = 0;
   CommOptions options_;
   int spinCount_ = 2000;
   int watchPauses_ = 64;  // pauses per pass while watching the awaited word (see wait)
+  // A waiter sleeps once nothing moved for this long (TRNCCL_SPIN_TIME_US; -1 = never).
+  int64_t sleepAfterNs_ = 1'000'000;
   std::vector<bootstrap::PeerInfo> peers_;
   topology::Topology topology_;
   std::vector<topology::LinkClass> classOfPeer_;  // what carries this rank's traffic to each
@@ -164,8 +170,6 @@ class Communicator {
 
   std::mutex errorMutex_;
   std::string lastError_;
-
-  friend class WaitPolicy;
 };
 
 }  // namespace trnccl

@@ -60,6 +60,14 @@ Status Communicator::readSettings(const CommOptions& options, Settings* s) {
   auto spin = env::getInt(env::kSpinCount);
   TRNCCL_RETURN_IF_ERROR(spin.status());
   spinCount_ = static_cast<int>(std::max<int64_t>(0, spin.value()));
+  auto spinTime = env::getInt(env::kSpinTimeUs);
+  TRNCCL_RETURN_IF_ERROR(spinTime.status());
+  if (spinTime.value() < -1)
+    return makeError(Code::kInvalidArgument,
+                     "TRNCCL_SPIN_TIME_US=%lld: give microseconds >= 0, or -1 to never sleep",
+                     static_cast<long long>(spinTime.value()));
+  sleepAfterNs_ =
+      spinTime.value() < 0 ? -1 : std::min<int64_t>(spinTime.value(), INT64_MAX / 1000) * 1000;
   struct Bounded {
     const env::Var& var;
     int64_t minimum, maximum;
@@ -371,14 +379,17 @@ void Communicator::logInit() const {
   TRNCCL_INFO(log::kInit,
               "%s rank %d/%d: %d node(s), local rank %d of %d, pid %d on %s; transports: "
               "self for itself, neuronlink for %d peer(s), shm for %d, efa for %d; shm window "
-              "%zu B x %d slots, rings %u x %zu B; reduction kernels %s; spin %d; timeout %.1f s",
+              "%zu B x %d slots, rings %u x %zu B; reduction kernels %s; spin %d passes, sleep "
+              "after %lld us; timeout %.1f s",
               options_.name.c_str(), rank_, nranks_, topology_.nnodes(), localRank,
               topology_.localSize(rank_), peers_[rank_].pid, peers_[rank_].hostName,
               peersOver(topology::LinkClass::kNeuronLink), peersOver(topology::LinkClass::kShm),
               peersOver(topology::LinkClass::kEfa),
               static_cast<size_t>(segment_.params().windowBytes), shm::kWindowSlots,
               segment_.params().ringSlots, static_cast<size_t>(segment_.params().ringSlotBytes),
-              reduceKernelIsa(), spinCount_, options_.timeoutSeconds);
+              reduceKernelIsa(), spinCount_,
+              static_cast<long long>(sleepAfterNs_ < 0 ? -1 : sleepAfterNs_ / 1000),
+              options_.timeoutSeconds);
   if (localRank == 0)
     TRNCCL_INFO(log::kTopo, "%s rank %d: topology from %s (%s): %s; this rank drives chip %d",
                 options_.name.c_str(), rank_, discoveryKindName(topology_.discovery().kind),

@@ -23,6 +23,12 @@ const Var kSpinCount{"TRNCCL_SPIN_COUNT", Kind::kInt, "2000",
                      "(sched_yield). When ranks outnumber this machine's cores it is capped at "
                      "50, and at 0 for communicators that use the efa transport (each of their "
                      "polls reads libfabric's queues, a system call with tcp)."};
+const Var kSpinTimeUs{"TRNCCL_SPIN_TIME_US", Kind::kInt, "1000",
+                      "Microseconds a waiting rank keeps spinning and yielding without seeing "
+                      "progress before it sleeps (on a futex in the node's shared segment that "
+                      "peers ring when they publish; over efa, naps of 50 us doubling to 1 ms). "
+                      "A sleeping rank uses almost no CPU but wakes a few microseconds later. "
+                      "-1 never sleeps."};
 const Var kHostId{"TRNCCL_HOSTID", Kind::kString, "",
                   "Overrides this process's host identity (default: hash of hostname and boot "
                   "id). Ranks with different values are treated as different nodes."};
@@ -150,6 +156,7 @@ const std::vector<const Var*>& all() {
                                                &kDebugFile,
                                                &kTimeout,
                                                &kSpinCount,
+                                               &kSpinTimeUs,
                                                &kHostId,
                                                &kBootstrapAddr,
                                                &kRank,

@@ -26,6 +26,7 @@ extern const Var kDebugFile;
 // Behaviour of every wait.
 extern const Var kTimeout;
 extern const Var kSpinCount;
+extern const Var kSpinTimeUs;
 // Identity, bootstrap and launch.
 extern const Var kHostId;
 extern const Var kBootstrapAddr;

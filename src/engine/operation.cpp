@@ -38,10 +38,12 @@ Result<bool> Operation::progress(ExecContext& ctx) {
       // runStep must not touch its step after a callback appended steps (moves the vector).
       auto done = runStep(ctx, s.steps[i]);
       if (!done.isOk()) return done.status();
-      if (done.value())
+      if (done.value()) {
         s.stepDone[i] = 1;
-      else
+        ++ctx.progressEvents;
+      } else {
         allDone = false;
+      }
     }
     if (s.steps.size() != nsteps) {  // a callback appended steps, in groups after this one
       nsteps = s.steps.size();
@@ -121,6 +123,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
     }
     case StepKind::kPost:
       ctx.segment->rankArea(ctx.localRank)->counter.store(step.value, std::memory_order_release);
+      ctx.segment->wakeSleepers();
       return true;
     case StepKind::kWaitPeers:
       for (uint32_t i = 0; i < step.n; ++i) {
@@ -137,7 +140,9 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       return true;
     case StepKind::kSend: {
       TransferOp& transfer = schedule_->transfers[step.first];
+      const size_t before = transfer.done;
       auto done = ctx.transportOfPeer[transfer.peer]->progressSend(transfer);
+      ctx.progressEvents += transfer.done != before;
       if (done.isOk() && !done.value()) {
         blockedOnPeer_ = transfer.peer;
         blockedOn_ = "sending to";
@@ -150,7 +155,9 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
     }
     case StepKind::kRecv: {
       TransferOp& transfer = schedule_->transfers[step.first];
+      const size_t before = transfer.done;
       auto done = ctx.transportOfPeer[transfer.peer]->progressRecv(transfer);
+      ctx.progressEvents += transfer.done != before;
       if (done.isOk() && !done.value()) {
         if (transfer.watchWord) spinHint_ = {transfer.watchWord, transfer.watchSeen};
         blockedOnPeer_ = transfer.peer;
@@ -180,6 +187,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
         if (len) std::memcpy(lines[l].payload, static_cast<const char*>(step.src) + offset, len);
         lines[l].tag.store(step.value, std::memory_order_release);
       }
+      ctx.segment->wakeSleepers();
       return true;
     }
     case StepKind::kLLReduce: {

@@ -34,6 +34,9 @@ struct ExecContext {
   // A call that copies at least this many bytes into user memory copies with streaming
   // stores (TRNCCL_STREAM_COPY_BYTES; 0 = never).
   size_t streamCopyBytes = 0;
+  // Steps completed and transfers advanced (a fragment sent or received): the wait policy
+  // sleeps only after this stood still for its spin time.
+  mutable uint64_t progressEvents = 0;
   // Finished operations return their schedules here; the next ones reuse the memory.
   std::vector<std::unique_ptr<Schedule>> spareSchedules;
 };
@@ -60,6 +63,7 @@ class Operation {
   struct SpinHint {
     const std::atomic<uint64_t>* word = nullptr;
     uint64_t seen = 0;
+    uint64_t progressEvents = 0;  // the communicator's count when the hint was taken
   };
   SpinHint spinHint() const { return spinHint_; }
   bool started() const { return started_; }

@@ -10,6 +10,7 @@
 #include <new>
 #include <thread>
 
+#include "core/futex.hpp"
 #include "core/log.hpp"
 
 namespace trnccl::shm {
@@ -70,6 +71,8 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
     header_->totalBytes = total;
     header_->attached.store(0);
     header_->abortCode.store(0);
+    header_->sleepers.store(0);
+    header_->doorbell.store(0);
     for (uint32_t r = 0; r < wanted.localSize; ++r) new (rankArea(r)) RankArea();
     for (uint32_t i = 0; i < wanted.localSize; ++i)
       for (uint32_t j = 0; j < wanted.localSize; ++j)
@@ -181,6 +184,16 @@ void Segment::raiseAbort(Code code, int rank, const std::string& reason) {
   header_->abortRank = rank;
   std::snprintf(header_->abortReason, sizeof(header_->abortReason), "%s", reason.c_str());
   header_->abortCode.store(static_cast<int32_t>(code), std::memory_order_release);
+  wakeSleepers();  // a sleeping waiter learns of it at once
+}
+
+void Segment::ringDoorbell() {
+  header_->doorbell.fetch_add(1, std::memory_order_release);
+  futexWakeAll(&header_->doorbell);
+}
+
+void Segment::sleep(uint32_t ticket, int64_t timeoutNs) {
+  futexWait(&header_->doorbell, ticket, timeoutNs);
 }
 
 std::string Segment::abortReason() const {

@@ -52,6 +52,10 @@ struct alignas(64) SegmentHeader {
   std::atomic<int32_t> abortCode;  // Code value of the first fatal error, 0 = healthy
   int32_t abortRank;               // global rank that raised it
   char abortReason[512];
+  // Sleeping waiters (Communicator::wait): how many local ranks are asleep or about to be,
+  // and the word they sleep on, bumped by every store a peer may be waiting for.
+  alignas(64) std::atomic<uint32_t> sleepers;
+  std::atomic<uint32_t> doorbell;
 };
 
 constexpr int kSignatureSlots = 2;  // see Operation::checkDescriptors for why two suffice
@@ -151,6 +155,25 @@ class Segment {
                                              : slot + kSlotHeaderBytes;
   }
 
+  // After every store a sleeping peer may be waiting for (a fragment, a freed ring slot, a
+  // progress counter, a small-message line, an abort): wakes the node's sleepers, if any.
+  // Costs a fence and the read of a line nobody writes while no rank sleeps.
+  void wakeSleepers() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with beginSleep's
+    if (header_->sleepers.load(std::memory_order_relaxed) != 0) ringDoorbell();
+  }
+  // The sleeper's side, in this order: beginSleep (returns the doorbell's value), then check
+  // once more what it waits for, then sleep (returns when the doorbell moved past `ticket`, or
+  // after timeoutNs), then endSleep. A store made after the check rings the doorbell, so no
+  // wake is lost between the check and the sleep.
+  uint32_t beginSleep() {
+    header_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return header_->doorbell.load(std::memory_order_acquire);
+  }
+  void sleep(uint32_t ticket, int64_t timeoutNs);
+  void endSleep() { header_->sleepers.fetch_sub(1, std::memory_order_relaxed); }
+
   // First error wins; later calls keep the first reason.
   void raiseAbort(Code code, int rank, const std::string& reason);
   bool aborted() const { return header_->abortCode.load(std::memory_order_acquire) > 0; }
@@ -158,6 +181,7 @@ class Segment {
   int abortRank() const { return header_->abortRank; }
 
  private:
+  void ringDoorbell();
   // The header's page(s) come first; the rank areas follow.
   static constexpr size_t rankAreasOffset() { return alignUp(sizeof(SegmentHeader), 4096); }
   static size_t layout(const SegmentParams& params, uint64_t* rankAreaBytes, uint64_t* ringBytes);

@@ -42,6 +42,7 @@ Result<bool> ShmTransport::progressSend(TransferOp& op) {
     header->offset = op.done;
     header->sequence.store(head + 1, std::memory_order_release);
     ring->head.store(head + 1, std::memory_order_relaxed);
+    segment_.wakeSleepers();
     op.done += fragment;
     op.started = true;
   }
@@ -85,6 +86,7 @@ Result<bool> ShmTransport::progressRecv(TransferOp& op) {
     op.done += fragmentBytes;
     op.started = true;
     ring->tail.store(tail + 1, std::memory_order_release);
+    segment_.wakeSleepers();  // the sender may sleep on a full ring
   }
   activeRecv_[op.peer] = nullptr;
   op.watchWord = nullptr;
