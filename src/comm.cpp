@@ -219,9 +219,9 @@ void Communicator::failLocked(const Status& status) {
     // A thread waiting here fails as soon as it sees abortRequested_, possibly before
     // requestAbort raises the segment's flag: the peers still read that this rank aborted.
     if (!segment_.aborted())
-      segment_.raiseAbort(status.code(), rank_,
-                          abortRequested_.load(std::memory_order_acquire) ? abortSentence()
-                                                                          : status.message());
+      segment_.raiseAbort(
+          status.code(), rank_,
+          abortRequested_.load(std::memory_order_acquire) ? abortSentence() : status.message());
     // Logged as a warning when a caller receives it (api/errors.cpp); INFO here has the time.
     TRNCCL_INFO(log::kColl, "communicator failed: %s", status.message().c_str());
     setLastError(status.message());
