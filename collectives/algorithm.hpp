@@ -2,6 +2,7 @@
 // shared windows). An algorithm turns them into a schedule; it never names a transport.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,9 @@ struct CommView {
   size_t windowBytes = 0;  // per window slot
   size_t oneShotMaxBytes = 0;
   size_t llMaxBytes = 0;  // small-message lines (at most shm::kLLMaxBytes)
+  // Direct schedules read blocks of at least this many bytes from peers' user buffers with
+  // CMA instead of staging them in windows (SIZE_MAX: CMA is off on this node).
+  size_t cmaMinBytes = SIZE_MAX;
   char* window(int rank, int slot) const { return segment->window(rank, slot); }
   // Every rank in the order whole-communicator rings take: node by node, each node along its
   // NeuronLinks when it has a device graph (Topology::ringOrder), else rank order.

@@ -121,6 +121,14 @@ double direct(CollKind kind, double bytes, const PlanShape& s, const CostParams&
   const double sync = c.syncUs;
   const double perRank = kind == CollKind::kAllGather ? bytes / n : bytes;
   const double rounds = std::max(1.0, std::ceil(perRank / static_cast<double>(s.windowBytes)));
+  // The single-copy forms (CMA, collectives/direct_rounds.hpp): two synchronisations, and each
+  // byte of a rank's output copied once (a CMA read is modeled at the host's copy speed; an
+  // in-place all-to-all, which keeps the windows, is modeled as this too).
+  const double block = kind == CollKind::kAllToAll ? bytes / n : perRank;
+  const bool cma =
+      block >= static_cast<double>(s.cmaMinBytes) &&
+      (kind == CollKind::kAllGather || kind == CollKind::kAllToAll || kind == CollKind::kBroadcast);
+  if (cma) return 2 * sync + c.stepUs + copyUs(c, bytes);
   switch (kind) {
     case CollKind::kAllReduce:
       if (bytes <= static_cast<double>(s.llMaxBytes)) return sync + c.stepUs;
@@ -303,6 +311,7 @@ PlanShape planShapeOf(const CommView& view) {
   s.windowBytes = view.windowBytes ? view.windowBytes : s.windowBytes;
   s.llMaxBytes = view.llMaxBytes;
   s.oneShotMaxBytes = view.oneShotMaxBytes;
+  s.cmaMinBytes = view.cmaMinBytes;
   if (view.topology) {
     const topology::Topology& t = *view.topology;
     s.nodes = t.nnodes();

@@ -66,6 +66,7 @@ struct PlanShape {
   size_t windowBytes = 256 << 10;
   size_t llMaxBytes = 64;
   size_t oneShotMaxBytes = 16 << 10;
+  size_t cmaMinBytes = SIZE_MAX;  // CommView::cmaMinBytes
 };
 
 PlanShape planShapeOf(const CommView& view);

@@ -37,6 +37,23 @@ void directRounds(ScheduleBuilder& b, const CollArgs& a, size_t rounds, bool pub
   }
 }
 
+// The single-copy form (CMA): every rank publishes its send buffer's address with the call's
+// descriptor and posts; once every rank has (which also checks that they make the same call),
+// reads() copies what this rank needs straight out of the peers' buffers (ScheduleBuilder::
+// cmaRead); a last post and wait keep every rank in the call until its peers have finished
+// reading its buffer. Every rank takes this form or none: the block size and the node's
+// CMA verdict (CommView::cmaMinBytes) are the same everywhere.
+template <typename Reads>
+void cmaExchange(ScheduleBuilder& b, const CollArgs& a, const Reads& reads) {
+  shm::OpDescriptor descriptor = describe(a);
+  descriptor.sendAddress = reinterpret_cast<uint64_t>(a.sendbuff);
+  b.publishDescriptor(descriptor);
+  b.waitAll(b.post());
+  b.checkDescriptors();
+  reads();
+  b.waitAll(b.post());
+}
+
 inline size_t ceilDiv(size_t a, size_t b) {
   return (a + b - 1) / b;
 }

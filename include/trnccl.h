@@ -220,7 +220,8 @@ trncclResult_t trncclGroupEnd(void);
 
 /* Debugging (trnccl extension): what this rank sent to and received from each peer since the
  * communicator was created, and what carried it. Counted per message as sends and receives
- * complete; the direct algorithms' shared-window reads are not messages and are not counted.
+ * complete; the direct algorithms' shared-window reads are not messages and are not counted,
+ * their single-copy (CMA) reads of a peer's buffer are (as messages received from that peer).
  * Fills up to `capacity` entries (one per rank, this rank included, in rank order) and sets
  * *count to the number of ranks. localChip/peerChip are the Neuron chips the two ranks drive
  * (-1 without Neuron devices). */

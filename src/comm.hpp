@@ -115,6 +115,7 @@ class Communicator {
   Status joinJob(const trncclUniqueId& id, Settings* settings);  // fills settings->allowed
   Status attachSegment(const trncclUniqueId& id, const Settings& settings,
                        const Deadline& deadline);
+  Status setupCma(const Deadline& deadline);
   Status chooseTransports(const topology::TransportSet& allowed);  // comm_topology.cpp
   void buildPlanner(const Settings& settings);
   void adaptToCores();
@@ -138,6 +139,10 @@ class Communicator {
   int watchPauses_ = 64;  // pauses per pass while watching the awaited word (see wait)
   // A waiter sleeps once nothing moved for this long (TRNCCL_SPIN_TIME_US; -1 = never).
   int64_t sleepAfterNs_ = 1'000'000;
+  // Every local rank can read every other's memory with CMA, and the segment's creator asked
+  // for it (setupCma); cmaNote_ says why not, for the log.
+  bool cmaReadable_ = false;
+  std::string cmaNote_;
   std::vector<bootstrap::PeerInfo> peers_;
   topology::Topology topology_;
   std::vector<topology::LinkClass> classOfPeer_;  // what carries this rank's traffic to each

@@ -14,6 +14,7 @@
 #include "core/env.hpp"
 #include "core/log.hpp"
 #include "core/reduce.hpp"
+#include "transports/shm/cma.hpp"
 
 namespace trnccl {
 
@@ -21,6 +22,7 @@ namespace trnccl {
 struct Communicator::Settings {
   size_t windowBytes = 0, ringSlots = 0, ringSlotBytes = 0, oneShotMaxBytes = 0, llMaxBytes = 0;
   size_t streamCopyBytes = 0;
+  size_t cmaMinBytes = 0;  // 0: TRNCCL_CMA=0
   int pipelineChunks = 0;
   std::string algoText, transportText;
   uint64_t algoHash = 0;  // of algoText: compared between ranks, bound in the node segment
@@ -80,12 +82,16 @@ Status Communicator::readSettings(const CommOptions& options, Settings* s) {
                            Bounded{env::kOneShotMaxBytes, 0, 1LL << 30, &s->oneShotMaxBytes},
                            Bounded{env::kLLMaxBytes, 0, shm::kLLMaxBytes, &s->llMaxBytes},
                            Bounded{env::kStreamCopyBytes, 0, INT64_MAX, &s->streamCopyBytes},
+                           Bounded{env::kCmaMinBytes, 1, INT64_MAX, &s->cmaMinBytes},
                            Bounded{env::kPipelineChunks, 0, 64, &chunks}}) {
     auto value = bytesSetting(b.var, b.minimum, b.maximum);
     TRNCCL_RETURN_IF_ERROR(value.status());
     *b.into = value.value();
   }
   s->pipelineChunks = static_cast<int>(chunks);
+  auto cma = env::getBool(env::kCma);
+  TRNCCL_RETURN_IF_ERROR(cma.status());
+  if (!cma.value()) s->cmaMinBytes = 0;
   s->algoText = options.algorithm.empty() ? env::getString(env::kAlgo) : options.algorithm;
   s->algoHash = std::hash<std::string>{}(s->algoText);
   // (Every rank must plan alike: the second bootstrap round compares the settings.)
@@ -106,11 +112,13 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   const Deadline deadline = Deadline::after(options.timeoutSeconds);
   TRNCCL_RETURN_IF_ERROR(joinJob(id, &settings));
   TRNCCL_RETURN_IF_ERROR(attachSegment(id, settings, deadline));
+  TRNCCL_RETURN_IF_ERROR(setupCma(deadline));
   shm_ = std::make_unique<shm::ShmTransport>(segment_, rank, localOfRank_);
   self_ = std::make_unique<SelfTransport>(rank);
   ctx_.rank = rank;
   ctx_.localRank = topology_.localRank(rank);
   ctx_.globalOfLocal = topology_.ranksOfNode(topology_.nodeOf(rank));
+  for (int r : ctx_.globalOfLocal) ctx_.pidOfLocal.push_back(peers_[r].pid);
   ctx_.segment = &segment_;
   ctx_.windows = &windows_;
   ctx_.streamCopyBytes = settings.streamCopyBytes;
@@ -138,6 +146,9 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
   me.machineHash = host.machineHash;
   me.rank = rank_;
   me.pid = getpid();
+  me.cmaProbeAddress = reinterpret_cast<uint64_t>(shm::cmaProbeWord());
+  // Before the rendezvous completes, so that no peer probes this process before it allows it.
+  if (s.cmaMinBytes) cmaNote_ = shm::allowCmaReaders();
   std::snprintf(me.hostName, sizeof(me.hostName), "%s", host.name.c_str());
   std::snprintf(me.hostId, sizeof(me.hostId), "%s", host.id.c_str());
   auto joined = bootstrap::rendezvous(id, nranks_, rank_, me, options_.timeoutSeconds);
@@ -311,6 +322,7 @@ Status Communicator::attachSegment(const trncclUniqueId& id, const Settings& s,
   params.oneShotMaxBytes = s.oneShotMaxBytes;
   params.llMaxBytes = s.llMaxBytes;
   params.algorithmHash = s.algoHash;
+  params.cmaMinBytes = s.cmaMinBytes;
   bootstrap::UniqueIdData idData = bootstrap::parseUniqueId(id).value();
   std::string segmentName =
       strformat("trnccl-%016llx-%016llx", static_cast<unsigned long long>(idData.nonce),
@@ -333,6 +345,51 @@ Status Communicator::attachSegment(const trncclUniqueId& id, const Settings& s,
                          params, deadline, localPeersAlive);
 }
 
+// CMA must work between every pair of local ranks, or no rank of the node uses it (the
+// schedules of one call must agree). Each rank reads every local peer's probe word (addresses
+// came with the bootstrap table), counts a failure into the segment header and waits until
+// every local rank has probed; then all of them read the same verdict.
+Status Communicator::setupCma(const Deadline& deadline) {
+  const auto& localRanks = topology_.ranksOfNode(topology_.nodeOf(rank_));
+  if (segment_.params().cmaMinBytes == 0) {
+    cmaNote_ = "off (TRNCCL_CMA=0 on the node's local rank 0)";
+    return Status::ok();
+  }
+  if (localRanks.size() < 2) return Status::ok();
+  std::string failure;
+  for (int r : localRanks) {
+    if (r == rank_) continue;
+    std::string why = shm::probeCma(peers_[r].pid, peers_[r].cmaProbeAddress);
+    if (!why.empty() && failure.empty()) failure = strformat("reading rank %d: %s", r, why.c_str());
+  }
+  shm::SegmentHeader* header = segment_.header();
+  if (!failure.empty()) header->cmaFailed.fetch_add(1);
+  header->cmaProbed.fetch_add(1);
+  while (header->cmaProbed.load() < localRanks.size()) {
+    if (deadline.expired())
+      return makeError(Code::kTimeout,
+                       "rank %d: the ranks of this node did not all finish init's CMA probe "
+                       "within TRNCCL_TIMEOUT=%.1f s",
+                       rank_, options_.timeoutSeconds);
+    for (int r : localRanks)
+      if (r != rank_ && watch_.isDead(r))
+        return makeError(Code::kRemoteError, "%s exited during initialisation (CMA probe)",
+                         describePeer(r).c_str());
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  const uint32_t failed = header->cmaFailed.load();
+  cmaReadable_ = failed == 0;
+  if (cmaReadable_)
+    cmaNote_ = strformat("on for blocks of %llu B and more",
+                         static_cast<unsigned long long>(segment_.params().cmaMinBytes)) +
+               (cmaNote_.empty() ? "" : " (" + cmaNote_ + ")");
+  else if (!failure.empty())
+    cmaNote_ = "off: " + failure + (cmaNote_.empty() ? "" : "; " + cmaNote_);
+  else if (failed)
+    cmaNote_ = strformat("off: %u local rank(s) could not read their peers", failed);
+  return Status::ok();
+}
+
 void Communicator::buildPlanner(const Settings& s) {
   CommView view;
   view.rank = rank_;
@@ -348,6 +405,7 @@ void Communicator::buildPlanner(const Settings& s) {
   view.windowBytes = segment_.params().windowBytes;  // the creator's values bind everyone
   view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;
   view.llMaxBytes = segment_.params().llMaxBytes;
+  if (cmaReadable_) view.cmaMinBytes = segment_.params().cmaMinBytes;
   planner_ = std::make_unique<Planner>(view, s.algo, s.costs);
 }
 
@@ -390,6 +448,9 @@ void Communicator::logInit() const {
               reduceKernelIsa(), spinCount_,
               static_cast<long long>(sleepAfterNs_ < 0 ? -1 : sleepAfterNs_ / 1000),
               options_.timeoutSeconds);
+  if (!cmaNote_.empty())
+    TRNCCL_INFO(log::kInit, "%s rank %d: single-copy reads of local peers' buffers (CMA): %s",
+                options_.name.c_str(), rank_, cmaNote_.c_str());
   if (localRank == 0)
     TRNCCL_INFO(log::kTopo, "%s rank %d: topology from %s (%s): %s; this rank drives chip %d",
                 options_.name.c_str(), rank_, discoveryKindName(topology_.discovery().kind),

@@ -24,11 +24,12 @@ struct Param {
 
 // "rd", "rhd", "tree", "bruck", "binomial" (and "<name>-nodes", over 2 emulated nodes): that
 // algorithm forced for the collectives it exists for (AlgorithmConfig below); the other
-// collectives' tests are skipped there. "direct" / "ring": TRNCCL_ALGO. "trn2": the trn2.48xlarge
-// preset with the ring family. "torus16", "torus2x16", "hier2x16", "hier2x3", "hier322": the
-// topology-shaped algorithms (see below). "efa-net" / "efa-tcp" / "efa-shm": every peer over
-// libfabric with that provider (net, tcp;ofi_rxm, shm). "nodes": ranks alternate between two
-// emulated nodes, efa between them over the provider trnccl picks by default.
+// collectives' tests are skipped there. "direct" / "ring": TRNCCL_ALGO ("direct" with CMA off;
+// "cma": direct with every block above the small-message lines read by CMA). "trn2": the
+// trn2.48xlarge preset with the ring family. "torus16", "torus2x16", "hier2x16", "hier2x3",
+// "hier322": the topology-shaped algorithms (see below). "efa-net" / "efa-tcp" / "efa-shm": every
+// peer over libfabric with that provider (net, tcp;ofi_rxm, shm). "nodes": ranks alternate between
+// two emulated nodes, efa between them over the provider trnccl picks by default.
 // TRNCCL_STREAM_COPY_BYTES is low under "direct" and "ring" (see below).
 struct AlgorithmConfig {
   std::vector<const char*> kinds;  // TRNCCL_ALGO collective names
@@ -51,8 +52,15 @@ const AlgorithmConfig* algorithmConfig(const std::string& config) {
 void configureRank(const std::string& config, int rank) {
   setenv("FI_TCP_IFACE", "lo", 1);  // loopback only, for tcp and for net
   setenv("FI_NET_IFACE", "lo", 1);
-  if (config == "direct" || config == "ring") {
+  if (config == "cma") {
+    // Direct schedules reading every block above the small-message lines out of the peers'
+    // buffers (CMA), however small.
+    setenv("TRNCCL_ALGO", "direct", 1);
+    setenv("TRNCCL_CMA_MIN_BYTES", "1", 1);
+  } else if (config == "direct" || config == "ring") {
     setenv("TRNCCL_ALGO", config.c_str(), 1);
+    // "direct" keeps the staging windows at every size ("cma" covers the single copy).
+    if (config == "direct") setenv("TRNCCL_CMA", "0", 1);
     // Most sweep sizes then take the streaming-store copies into user buffers, and the guard
     // bytes check their unaligned heads and tails; "nodes" keeps the default (cached) copies.
     setenv("TRNCCL_STREAM_COPY_BYTES", "4K", 1);
@@ -124,6 +132,9 @@ class Collectives : public ::testing::TestWithParam<std::tuple<std::string, int>
                         test.rfind("ReduceScatter", 0) == 0 || test.rfind("Broadcast", 0) == 0;
     if (nranks() > 16 && !shaped)
       GTEST_SKIP() << "32 ranks run only the collectives with topology-shaped schedules";
+    if (config == "cma" && test.rfind("AllGather", 0) != 0 && test.rfind("AllToAll/", 0) != 0 &&
+        test.rfind("Broadcast", 0) != 0)
+      GTEST_SKIP() << "cma: only all-gather, all-to-all and broadcast have single-copy forms";
     if (const AlgorithmConfig* forced = algorithmConfig(config)) {
       bool exercised = false;
       for (const char* name : forced->tests) exercised |= test.substr(0, test.find('/')) == name;
@@ -454,6 +465,9 @@ std::string identifierName(const ::testing::TestParamInfo<std::tuple<std::string
 INSTANTIATE_TEST_SUITE_P(Sweep, Collectives,
                          ::testing::Combine(::testing::Values("direct", "ring"),
                                             ::testing::Values(1, 2, 3, 4, 5, 8)),
+                         paramName);
+INSTANTIATE_TEST_SUITE_P(Cma, Collectives,
+                         ::testing::Combine(::testing::Values("cma"), ::testing::Values(2, 3, 5)),
                          paramName);
 INSTANTIATE_TEST_SUITE_P(Algos, Collectives,
                          ::testing::Combine(::testing::Values("rd", "rhd", "tree", "bruck",

@@ -1,6 +1,7 @@
 // All-gather over shared windows: each round stages a window of this rank's input, then every
-// rank copies every staged window into its output (its own too, unless in place). Blocks up to
-// TRNCCL_LL_MAX_BYTES go through the small-message lines instead (one line transfer per 56
+// rank copies every staged window into its output (its own too, unless in place). Blocks of
+// CommView::cmaMinBytes and more are read straight out of the peers' inputs instead (CMA). Blocks
+// up to TRNCCL_LL_MAX_BYTES go through the small-message lines instead (one line transfer per 56
 // bytes per peer, no counter synchronisation).
 #include "collectives/direct_rounds.hpp"
 
@@ -17,10 +18,18 @@ Status allGatherDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
     b.llGather(ll, a.sendbuff, a.recvbuff, bytes);
     return Status::ok();
   }
-  const size_t perRound = c.windowBytes / esize;
-  auto roundLen = [&](size_t k) { return std::min(perRound, a.count - k * perRound); };
   // In place, this rank's block already sits where the output wants it.
   const bool inPlace = a.sendbuff == byteAt(a.recvbuff, c.rank * a.count * esize);
+  if (bytes >= c.cmaMinBytes) {
+    cmaExchange(b, a, [&] {
+      for (int q = 0; q < c.nranks; ++q)
+        if (q != c.rank) b.cmaRead(byteAt(a.recvbuff, q * bytes), q, 0, bytes);
+      if (!inPlace) b.copy(byteAt(a.recvbuff, c.rank * bytes), a.sendbuff, bytes);
+    });
+    return Status::ok();
+  }
+  const size_t perRound = c.windowBytes / esize;
+  auto roundLen = [&](size_t k) { return std::min(perRound, a.count - k * perRound); };
   directRounds(
       b, a, ceilDiv(a.count, perRound), true,
       [&](int slot, size_t k) {

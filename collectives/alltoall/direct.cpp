@@ -62,6 +62,17 @@ void exchangeRounds(ScheduleBuilder& b, const CollArgs& a, const CommView& c,
 Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
   auto blocks = std::make_shared<Blocks>(blocksOf(a, c.nranks));
   const size_t sub = subBlockBytes(c);
+  const size_t block = blocks->sendBytes[0];
+  // Single copy (CMA): out of place only, since in place a peer may still be reading the
+  // block this rank would overwrite.
+  if (a.kind == CollKind::kAllToAll && a.sendbuff != a.recvbuff && block >= c.cmaMinBytes) {
+    cmaExchange(b, a, [&] {
+      for (int q = 0; q < c.nranks; ++q)
+        if (q != c.rank) b.cmaRead(byteAt(a.recvbuff, q * block), q, c.rank * block, block);
+      b.copy(byteAt(a.recvbuff, c.rank * block), byteAt(a.sendbuff, c.rank * block), block);
+    });
+    return Status::ok();
+  }
   if (a.kind == CollKind::kAllToAll) {
     exchangeRounds(b, a, c, blocks, ceilDiv(blocks->sendBytes[0], sub), true);
     return Status::ok();

@@ -9,6 +9,15 @@ Status broadcastDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   const size_t perRound = c.windowBytes;
   auto roundLen = [&](size_t k) { return std::min(perRound, bytes - k * perRound); };
   const bool isRoot = c.rank == a.root;
+  if (bytes >= c.cmaMinBytes) {  // single copy: every other rank reads the root's buffer (CMA)
+    cmaExchange(b, a, [&] {
+      if (isRoot)
+        b.copy(a.recvbuff, a.sendbuff, bytes);
+      else
+        b.cmaRead(a.recvbuff, a.root, 0, bytes);
+    });
+    return Status::ok();
+  }
   if (isRoot) b.copy(a.recvbuff, a.sendbuff, bytes);
   directRounds(
       b, a, ceilDiv(bytes, perRound), true,

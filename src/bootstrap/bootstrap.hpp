@@ -24,6 +24,7 @@ struct PeerInfo {
   char hostId[64] = {};                // readable host identity (TRNCCL_HOSTID or hostname)
   uint8_t transportAddress[256] = {};  // reserved for network transports' endpoint names
   uint64_t machineHash = 0;            // HostIdentity::machineHash (wire version 2)
+  uint64_t cmaProbeAddress = 0;        // a word local peers read to test CMA (version 3)
 };
 
 struct UniqueIdData {

@@ -29,6 +29,15 @@ const Var kSpinTimeUs{"TRNCCL_SPIN_TIME_US", Kind::kInt, "1000",
                       "peers ring when they publish; over efa, naps of 50 us doubling to 1 ms). "
                       "A sleeping rank uses almost no CPU but wakes a few microseconds later. "
                       "-1 never sleeps."};
+const Var kCma{"TRNCCL_CMA", Kind::kBool, "1",
+               "Lets ranks of a node copy large blocks straight out of each other's buffers "
+               "with process_vm_readv (one copy instead of two through the shared windows), "
+               "where init finds that the kernel allows it between every pair of local ranks. "
+               "0 turns it off. The segment's creator (local rank 0) decides for its node."};
+const Var kCmaMinBytes{"TRNCCL_CMA_MIN_BYTES", Kind::kBytes, "64K",
+                       "Smallest block (bytes one rank reads from one peer) that the direct "
+                       "all-gather, all-to-all and broadcast read with CMA; smaller blocks go "
+                       "through the windows. Bound by the node segment's creator."};
 const Var kHostId{"TRNCCL_HOSTID", Kind::kString, "",
                   "Overrides this process's host identity (default: hash of hostname and boot "
                   "id). Ranks with different values are treated as different nodes."};
@@ -170,6 +179,8 @@ const std::vector<const Var*>& all() {
                                                &kOneShotMaxBytes,
                                                &kLLMaxBytes,
                                                &kStreamCopyBytes,
+                                               &kCma,
+                                               &kCmaMinBytes,
                                                &kShmDir,
                                                &kFiProvider,
                                                &kEfaRails,

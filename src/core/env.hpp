@@ -42,6 +42,8 @@ extern const Var kShmRingSlotBytes;
 extern const Var kOneShotMaxBytes;
 extern const Var kLLMaxBytes;
 extern const Var kStreamCopyBytes;
+extern const Var kCma;
+extern const Var kCmaMinBytes;
 extern const Var kShmDir;
 extern const Var kFiProvider;
 extern const Var kEfaRails;

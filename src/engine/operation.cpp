@@ -5,6 +5,7 @@
 
 #include "core/clock.hpp"
 #include "core/dtype.hpp"
+#include "transports/shm/cma.hpp"
 
 namespace trnccl {
 
@@ -232,6 +233,17 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
           std::memcpy(out + offset, lines[offset / shm::kLLPayloadBytes].payload,
                       std::min(shm::kLLPayloadBytes, step.bytes - offset));
       }
+      return true;
+    }
+    case StepKind::kCmaRead: {
+      const uint64_t seq = schedule_->descriptor.seq;
+      const shm::OpDescriptor& theirs = ctx.segment->rankArea(static_cast<int>(step.first))
+                                            ->descriptors[seq % shm::kDescriptorSlots];
+      TRNCCL_RETURN_IF_ERROR(shm::cmaRead(ctx.pidOfLocal[step.first], ctx.globalOfLocal[step.first],
+                                          step.dst, theirs.sendAddress + step.value, step.bytes));
+      PeerTraffic& t = ctx.traffic[ctx.globalOfLocal[step.first]];
+      ++t.recvMessages;
+      t.recvBytes += step.bytes;
       return true;
     }
     case StepKind::kCallback: {

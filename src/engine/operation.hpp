@@ -17,7 +17,8 @@ namespace trnccl {
 
 // Messages and bytes this rank moved to and from one peer (whatever carried them), counted as
 // each send or receive completes: tests and `trnccl-topo --stats` read which links carried
-// what. Window reads of the direct algorithms are not messages and are not counted here.
+// what. Window reads of the direct algorithms are not messages and are not counted here; their
+// CMA reads are, as received messages.
 struct PeerTraffic {
   uint64_t sentMessages = 0, sentBytes = 0, recvMessages = 0, recvBytes = 0;
 };
@@ -29,6 +30,7 @@ struct ExecContext {
   std::vector<Transport*> transportOfPeer;   // by global rank
   mutable std::vector<PeerTraffic> traffic;  // by global rank; counters, bumped by const steps
   std::vector<int> globalOfLocal;
+  std::vector<int> pidOfLocal;  // for CMA reads
   shm::Segment* segment = nullptr;
   WindowState* windows = nullptr;
   // A call that copies at least this many bytes into user memory copies with streaming

@@ -32,6 +32,7 @@ enum class StepKind : uint8_t {
   kLLReduce,           // once every rank's lines carry `value`: reduce them (from byte n) into dst
   kLLWait,             // once every rank's first line carries `value` (a barrier)
   kLLGather,           // once every rank's lines carry `value`: rank q's bytes to dst + q * bytes
+  kCmaRead,            // bytes from local rank `first`'s send buffer (+ value) into dst, by CMA
 };
 
 // kWaitPeers with first == kAllPeers waits for local ranks 0..n-1 (no peer list needed).
@@ -198,6 +199,17 @@ class ScheduleBuilder {
     add(makeStep(StepKind::kPublishDescriptor));
   }
   void checkDescriptors() { add(makeStep(StepKind::kCheckDescriptors)); }
+  // After the wait that follows publishDescriptor (which carries sendAddress): a copy out of
+  // the local peer's send buffer, at offset, straight into dst.
+  void cmaRead(void* dst, int localPeer, size_t offset, size_t bytes) {
+    if (bytes == 0) return;
+    Step step = makeStep(StepKind::kCmaRead);
+    step.dst = dst;
+    step.first = static_cast<uint32_t>(localPeer);
+    step.value = offset;
+    step.bytes = bytes;
+    add(step);
+  }
 
   // Small-message protocol (segment.hpp, LLLine). Call after publishDescriptor: the tag mixes
   // the call's signature in, so a peer making a different call never matches it.

@@ -73,6 +73,8 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
     header_->abortCode.store(0);
     header_->sleepers.store(0);
     header_->doorbell.store(0);
+    header_->cmaProbed.store(0);
+    header_->cmaFailed.store(0);
     for (uint32_t r = 0; r < wanted.localSize; ++r) new (rankArea(r)) RankArea();
     for (uint32_t i = 0; i < wanted.localSize; ++i)
       for (uint32_t j = 0; j < wanted.localSize; ++j)

@@ -28,6 +28,9 @@ struct OpDescriptor {
   int32_t root;
   uint64_t count;
   uint64_t extra;  // collective specific (e.g. all-to-all-v max block bytes)
+  // The caller's send buffer in its own address space, for peers that read it with CMA
+  // (single-copy schedules); not part of the call's signature.
+  uint64_t sendAddress;
 };
 
 struct SegmentParams {
@@ -40,6 +43,9 @@ struct SegmentParams {
   uint64_t oneShotMaxBytes = 16 << 10;
   uint64_t llMaxBytes = 64;
   uint64_t algorithmHash = 0;
+  // Blocks of at least this many bytes are read from peers' buffers with CMA, when every
+  // local rank can (0 = never; TRNCCL_CMA, TRNCCL_CMA_MIN_BYTES).
+  uint64_t cmaMinBytes = 0;
 };
 
 struct alignas(64) SegmentHeader {
@@ -56,6 +62,10 @@ struct alignas(64) SegmentHeader {
   // and the word they sleep on, bumped by every store a peer may be waiting for.
   alignas(64) std::atomic<uint32_t> sleepers;
   std::atomic<uint32_t> doorbell;
+  // Init's CMA probe (Communicator::setupCma): ranks that probed their peers, and how many
+  // of them failed.
+  std::atomic<uint32_t> cmaProbed;
+  std::atomic<uint32_t> cmaFailed;
 };
 
 constexpr int kSignatureSlots = 2;  // see Operation::checkDescriptors for why two suffice

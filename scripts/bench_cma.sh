@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Single copy (CMA) beside the staging windows and Open MPI: all_gather, alltoall and broadcast
+# _perf under mpirun (-M 1: Open MPI timed on the same buffers, interleaved), once with
+# TRNCCL_CMA=1 and once with TRNCCL_CMA=0, alternating, for ROUNDS separate rounds. Prints per
+# tool and size the median over rounds of each run's out-of-place time and Open MPI ratio, with
+# the range, and writes the rows to build/bench-results/cma/.
+#   bash scripts/bench_cma.sh [--np N] [--rounds R] [--quick]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+np=2
+rounds=3
+sizes=(-b 256K -e 64M -f 4)
+iters=(-n 20 -w 5 -R 5)
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --np) np="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --quick) sizes=(-b 1M -e 4M -f 4); iters=(-n 3 -w 1 -R 1); rounds=1; shift ;;
+    -h|--help) sed -n 2,7p "$0"; exit 0 ;;
+    *) echo "bench_cma: unknown argument $1 (see --help)"; exit 2 ;;
+  esac
+done
+BIN=build/bench
+for t in all_gather alltoall broadcast; do
+  [ -x "$BIN/${t}_perf" ] || { echo "bench_cma: build first (bash scripts/build.sh build)"; exit 1; }
+done
+out=build/bench-results/cma
+rm -rf "$out" && mkdir -p "$out" || exit 1
+MPIRUN=(mpirun)
+[ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
+extra=(-np "$np")
+[ "$np" -gt "$(nproc)" ] && extra+=(--oversubscribe)
+failures=0
+for round in $(seq 1 "$rounds"); do
+  for cma in 1 0; do
+    for t in all_gather alltoall broadcast; do
+      echo "bench_cma: round $round, TRNCCL_CMA=$cma, ${t}_perf" >&2
+      timeout -k 10 900 "${MPIRUN[@]}" "${extra[@]}" -x TRNCCL_CMA="$cma" \
+        --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo \
+        "$BIN/${t}_perf" "${sizes[@]}" "${iters[@]}" -c 1 -M 1 \
+        -J "$out/${t}_cma${cma}_round${round}.jsonl" >"$out/${t}_cma${cma}_round${round}.txt" 2>&1 ||
+        { echo "bench_cma: ${t}_perf failed (see $out)"; failures=$((failures + 1)); }
+    done
+  done
+done
+python3 - "$out" "$np" <<'EOF'
+import glob, json, os, re, statistics, sys
+out, np = sys.argv[1], sys.argv[2]
+rows = {}  # (tool, size, cma) -> list of (trnccl us, mpi us) per round
+for path in sorted(glob.glob(os.path.join(out, "*.jsonl"))):
+    cma = re.search(r"_cma(\d)_", path).group(1)
+    per = {}
+    for line in open(path):
+        r = json.loads(line)
+        if r.get("placement") != "out":
+            continue
+        per.setdefault((r["tool"], r["size"]), {})[r["impl"]] = r["time_us"]
+        if r.get("wrong", 0) not in (0, -1):
+            print(f"WRONG results in {path}: {r}")
+    for (tool, size), t in per.items():
+        if "trnccl" in t and "mpi" in t:
+            rows.setdefault((tool, size, cma), []).append((t["trnccl"], t["mpi"]))
+def rng(v):
+    v = sorted(v)
+    return f"{statistics.median(v):.2f}x ({v[0]:.2f}-{v[-1]:.2f})"
+print(f"# {np} ranks, out of place; ratio = Open MPI time / trnccl time, median over rounds (range)")
+print("| collective | size | CMA on: trnccl us | x MPI | CMA off: trnccl us | x MPI |")
+print("|---|---|---|---|---|---|")
+for tool, size in sorted({(k[0], k[1]) for k in rows}):
+    cells = []
+    for cma in ("1", "0"):
+        v = rows.get((tool, size, cma), [])
+        if not v:
+            cells += ["-", "-"]
+            continue
+        cells += [f"{statistics.median(x for x, _ in v):.0f}", rng([m / x for x, m in v])]
+    print(f"| {tool} | {size >> 10} KiB | " + " | ".join(cells) + " |")
+EOF
+[ "$failures" -eq 0 ]

@@ -1,0 +1,73 @@
+// CMA (single copy) on real rank processes: where the kernel lets ranks read each other (this
+// machine) the direct all-gather reads each peer's block out of its buffer (the traffic
+// counters count CMA reads as received messages, and do not count window reads), and
+// TRNCCL_CMA=0 on the node's local rank 0 turns it off for every rank of the node. The
+// results of every single-copy schedule are checked against the serial reference by
+// collectives_test's "cma" configuration.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "support/sweep.hpp"
+
+namespace trnccl::testing {
+namespace {
+
+// A 3-rank direct all-gather of 1 MiB blocks; every rank checks the data and what it read
+// from each peer by CMA.
+void allGatherReads(const char* rank0Cma, const char* othersCma, bool expectCma) {
+  constexpr size_t kCount = 1 << 18;  // floats: 1 MiB per block, above TRNCCL_CMA_MIN_BYTES
+  auto outcomes = withComm(
+      3,
+      [&](int rank) {
+        setenv("TRNCCL_ALGO", "direct", 1);
+        const char* cma = rank == 0 ? rank0Cma : othersCma;
+        if (cma) setenv("TRNCCL_CMA", cma, 1);
+      },
+      [&](Failures& f, trncclComm_t comm, int rank, int n) {
+        std::vector<float> send(kCount), recv(kCount * n, -1.0f);
+        for (size_t i = 0; i < kCount; ++i) send[i] = static_cast<float>(rank * 1000003 + i);
+        if (trncclAllGather(send.data(), recv.data(), kCount, trncclFloat32, comm) !=
+            trncclSuccess) {
+          f.add("all-gather failed: %s", trncclGetLastError(nullptr));
+          return;
+        }
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < kCount; ++i)
+            if (recv[q * kCount + i] != static_cast<float>(q * 1000003 + i)) {
+              f.add("block %d element %zu is %g", q, i, recv[q * kCount + i]);
+              return;
+            }
+        std::vector<trncclPeerTraffic_t> traffic(n);
+        int count = 0;
+        if (trncclCommGetPeerTraffic(comm, traffic.data(), n, &count) != trncclSuccess) {
+          f.add("traffic: %s", trncclGetLastError(comm));
+          return;
+        }
+        for (int q = 0; q < n; ++q) {
+          if (q == rank) continue;
+          const unsigned long long want = expectCma ? kCount * sizeof(float) : 0;
+          if (traffic[q].recvBytes != want || traffic[q].recvMessages != (expectCma ? 1u : 0u))
+            f.add("from rank %d: %llu bytes in %llu reads, expected %llu bytes (CMA %s)", q,
+                  traffic[q].recvBytes, traffic[q].recvMessages, want, expectCma ? "on" : "off");
+        }
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(Cma, DirectAllGatherReadsPeersBuffers) {
+  allGatherReads(nullptr, nullptr, true);
+}
+
+TEST(Cma, OffOnLocalRankZeroTurnsItOffForTheNode) {
+  allGatherReads("0", "1", false);
+}
+
+TEST(Cma, OnLocalRankZeroBindsTheOthers) {
+  allGatherReads("1", "0", true);
+}
+
+}  // namespace
+}  // namespace trnccl::testing

@@ -1,0 +1,32 @@
+// Cross-memory attach (process_vm_readv): a rank copies straight out of a local peer's user
+// buffer, one copy where the staging windows take two. Usable when the kernel lets ranks of one
+// node read each other (same user, no seccomp filter or Yama restriction in the way), which
+// init finds out by reading every local peer's probe word (Communicator::setupCma).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/status.hpp"
+
+namespace trnccl::shm {
+
+// The word peers read to test CMA, and the value it holds.
+constexpr uint64_t kCmaProbeValue = 0x74726e6363434d41ULL;  // "trnccCMA"
+const uint64_t* cmaProbeWord();
+
+// Lets any process of this user read this one where Yama's ptrace_scope is 1 (peers are
+// siblings, not descendants); nothing where it is 0. Returns what it did, for the log.
+std::string allowCmaReaders();
+
+// Reads the peer's probe word: "" when CMA works towards it, else why not (errno's text).
+std::string probeCma(pid_t pid, uint64_t probeAddress);
+
+// Copies bytes from remoteAddress in process pid into dst, however many calls it takes.
+// peerRank names the peer in the error.
+Status cmaRead(pid_t pid, int peerRank, void* dst, uint64_t remoteAddress, size_t bytes);
+
+}  // namespace trnccl::shm
