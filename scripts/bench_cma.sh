@@ -3,7 +3,8 @@
 # _perf under mpirun (-M 1: Open MPI timed on the same buffers, interleaved), once with
 # TRNCCL_CMA=1 and once with TRNCCL_CMA=0, alternating, for ROUNDS separate rounds. Prints per
 # tool and size the median over rounds of each run's out-of-place time and Open MPI ratio, with
-# the range, and writes the rows to build/bench-results/cma/.
+# the range, and writes the rows and summary.md to build/bench-results/cma/ (bench/plot/report.py
+# includes the summary).
 #   bash scripts/bench_cma.sh [--np N] [--rounds R] [--quick]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,9 +44,9 @@ for round in $(seq 1 "$rounds"); do
     done
   done
 done
-python3 - "$out" "$np" <<'EOF'
+python3 - "$out" "$np" "$rounds" "${sizes[*]} ${iters[*]}" >"$out/summary.md" <<'EOF'
 import glob, json, os, re, statistics, sys
-out, np = sys.argv[1], sys.argv[2]
+out, np, rounds, flags = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = {}  # (tool, size, cma) -> list of (trnccl us, mpi us) per round
 for path in sorted(glob.glob(os.path.join(out, "*.jsonl"))):
     cma = re.search(r"_cma(\d)_", path).group(1)
@@ -63,7 +64,13 @@ for path in sorted(glob.glob(os.path.join(out, "*.jsonl"))):
 def rng(v):
     v = sorted(v)
     return f"{statistics.median(v):.2f}x ({v[0]:.2f}-{v[-1]:.2f})"
-print(f"# {np} ranks, out of place; ratio = Open MPI time / trnccl time, median over rounds (range)")
+import datetime
+print(f"`bash scripts/bench_cma.sh --np {np}`: {rounds} rounds on {datetime.date.today()}; each round runs "
+      f"every tool under mpirun with TRNCCL_CMA=1, then with TRNCCL_CMA=0 (`{flags} -c 1 -M 1`). "
+      "Out of place; trnccl us is the median over rounds of each run's median time; x MPI = "
+      "Open MPI time / trnccl time in the same run (Open MPI's vader also copies once with CMA "
+      "here), median over rounds (range).")
+print()
 print("| collective | size | CMA on: trnccl us | x MPI | CMA off: trnccl us | x MPI |")
 print("|---|---|---|---|---|---|")
 for tool, size in sorted({(k[0], k[1]) for k in rows}):
@@ -76,4 +83,5 @@ for tool, size in sorted({(k[0], k[1]) for k in rows}):
         cells += [f"{statistics.median(x for x, _ in v):.0f}", rng([m / x for x, m in v])]
     print(f"| {tool} | {size >> 10} KiB | " + " | ".join(cells) + " |")
 EOF
+cat "$out/summary.md"
 [ "$failures" -eq 0 ]
