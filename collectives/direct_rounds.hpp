@@ -10,6 +10,7 @@
 
 #include "collectives/algorithm.hpp"
 #include "core/copy.hpp"
+#include "transports/shm/shared_alloc.hpp"
 
 namespace trnccl {
 
@@ -47,6 +48,13 @@ template <typename Reads>
 void cmaExchange(ScheduleBuilder& b, const CollArgs& a, const Reads& reads) {
   shm::OpDescriptor descriptor = describe(a);
   descriptor.sendAddress = reinterpret_cast<uint64_t>(a.sendbuff);
+  shm::SharedRegion region;
+  if (shm::findSharedRegion(a.sendbuff, &region)) {
+    descriptor.sendRegionId = region.id;
+    descriptor.sendRegionFd = region.fd;
+    descriptor.sendRegionOffset = region.offset;
+    descriptor.sendRegionBytes = region.bytes;
+  }
   b.publishDescriptor(descriptor);
   b.waitAll(b.post());
   b.checkDescriptors();

@@ -138,6 +138,18 @@ trncclResult_t trncclCommRegister(const trncclComm_t comm, void* buff, size_t si
  * flight (wait for it first); trncclInvalidArgument for a handle comm did not give out. */
 trncclResult_t trncclCommDeregister(const trncclComm_t comm, void* handle);
 
+/* Memory local peers can map (like ncclMemAlloc): each allocation is a shared memory file
+ * mapped into this process. When the send buffer of a large all-gather, all-to-all or
+ * broadcast lies in one, the peers on this node copy straight out of their own mapping of it
+ * (no system call per copy, streaming stores for large copies) where other buffers are read
+ * with process_vm_readv; nothing else changes, and any call accepts these buffers. Needs the
+ * same permission as CMA (TRNCCL_CMA); without it such buffers act as ordinary memory.
+ * trncclMemFree takes exactly the pointer trncclMemAlloc returned, once, and refuses
+ * (trncclInvalidUsage) while a queued call still uses the allocation. size > 0; memory is
+ * zeroed and page aligned. */
+trncclResult_t trncclMemAlloc(void** ptr, size_t size);
+trncclResult_t trncclMemFree(void* ptr);
+
 /* ---- requests (non-blocking forms) ---- */
 /* *done = 1 when complete; the request is then freed and *request set to NULL. Returns the
  * operation's result once complete. */

@@ -9,6 +9,7 @@
 
 #include "core/dtype.hpp"
 #include "core/log.hpp"
+#include "transports/shm/shared_alloc.hpp"
 
 namespace trnccl {
 namespace {
@@ -42,16 +43,27 @@ class CallOperation final : public Operation {
         calls_(owned_.data()),
         ncalls_(owned_.size()),
         planner_(planner),
-        algo_(algo) {}
+        algo_(algo) {
+    pinSharedBuffers();
+  }
   // Borrows the calls, which outlive the operation (run() waits for it).
   CallOperation(const CollArgs* calls, size_t ncalls, const Planner* planner, Algorithm algo)
-      : Operation(calls[0].kind), calls_(calls), ncalls_(ncalls), planner_(planner), algo_(algo) {}
+      : Operation(calls[0].kind), calls_(calls), ncalls_(ncalls), planner_(planner), algo_(algo) {
+    pinSharedBuffers();
+  }
 
   std::string description() const override {
     return describeCall(std::vector<CollArgs>(calls_, calls_ + ncalls_));
   }
 
  private:
+  // trncclMemAlloc buffers cannot be freed while the call is queued (shared_alloc.hpp).
+  void pinSharedBuffers() {
+    for (size_t i = 0; i < ncalls_; ++i)
+      for (const void* p : {calls_[i].sendbuff, static_cast<const void*>(calls_[i].recvbuff)})
+        if (auto pin = shm::pinSharedRegion(p)) pins.push_back(std::move(pin));
+  }
+
   Status plan(ScheduleBuilder& b) override {
     if (ncalls_ == 1) return planner_->build(b, calls_[0], algo_);
     ConcurrentSteps together(b);  // a group of point-to-point calls progresses as one
@@ -232,6 +244,7 @@ void Communicator::failLocked(const Status& status) {
                        : Status(status.code(),
                                 "rank " + std::to_string(rank_) + " " + op->description() +
                                     ": not run, an earlier operation failed: " + status.message());
+    op->pins.clear();
     op->finished.store(true, std::memory_order_release);
     first = false;
   }
@@ -249,6 +262,7 @@ void Communicator::progressLocked() {
       status = done.status();
       if (status.isOk() && done.value()) {
         op->result = Status::ok();
+        op->pins.clear();
         op->finished.store(true, std::memory_order_release);
         queue_.pop_front();
         departedSeenNs_ = 0;

@@ -154,7 +154,8 @@ class Communicator {
   std::unique_ptr<neuronlink::NeuronLinkTransport> neuronlink_;  // only with linked local peers
   WindowState windows_;
   ExecContext ctx_;
-  Shapes shapes_;  // the planner's view points here
+  shm::PeerRegionCache peerRegions_;  // local peers' trncclMemAlloc buffers (ctx_ points here)
+  Shapes shapes_;                     // the planner's view points here
   std::unique_ptr<Planner> planner_;
   ProcessWatch watch_;
 

@@ -119,6 +119,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   ctx_.localRank = topology_.localRank(rank);
   ctx_.globalOfLocal = topology_.ranksOfNode(topology_.nodeOf(rank));
   for (int r : ctx_.globalOfLocal) ctx_.pidOfLocal.push_back(peers_[r].pid);
+  ctx_.peerRegions = &peerRegions_;
   ctx_.segment = &segment_;
   ctx_.windows = &windows_;
   ctx_.streamCopyBytes = settings.streamCopyBytes;

@@ -32,7 +32,40 @@ struct Options {
   int average = 3;  // 0 rank 0, 1 avg, 2 min, 3 max (slowest rank, the honest default)
   int sideBySide = 0;
   int repeats = 1;
+  int memAlloc = 0;  // buffers from trncclMemAlloc
   std::string json;
+};
+
+// A benchmark buffer from the heap, or from trncclMemAlloc (-A 1) so that local peers map it.
+class Buffer {
+ public:
+  Buffer(size_t bytes, bool shared) : bytes_(bytes), shared_(shared && bytes > 0) {
+    if (shared_) {
+      if (trncclMemAlloc(reinterpret_cast<void**>(&data_), bytes) != trncclSuccess) {
+        std::fprintf(stderr, "trncclMemAlloc(%zu): %s\n", bytes, trncclGetLastError(nullptr));
+        std::exit(1);
+      }
+    } else {
+      heap_.resize(bytes);
+      data_ = heap_.data();
+    }
+  }
+  ~Buffer() {
+    if (shared_) (void)trncclMemFree(data_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  char* data() { return data_; }
+  size_t size() const { return bytes_; }
+  void assign(const std::vector<char>& from) {
+    if (!from.empty()) std::memcpy(data_, from.data(), std::min(from.size(), bytes_));
+  }
+
+ private:
+  size_t bytes_;
+  bool shared_;
+  std::vector<char> heap_;
+  char* data_ = nullptr;
 };
 
 double median(std::vector<double> v) {
@@ -126,6 +159,7 @@ void usage(const char* tool, FILE* out) {
       "                          bfloat16 f8e4m3 f8e5m2 (default float)\n"
       "  -r, --root N            root rank (default 0)\n"
       "  -z, --blocking 0/1      1: blocking calls; 0: non-blocking calls + trncclWait\n"
+      "  -A, --memalloc 0/1      1: buffers from trncclMemAlloc (local peers map them)\n"
       "  -a, --average 0/1/2/3   time reported: rank 0, mean, min or max over ranks (default 3)\n"
       "  -R, --repeats N         time each size N times (trnccl and Open MPI interleaved)\n"
       "                          and report the median of the N (default 1)\n"
@@ -168,6 +202,8 @@ bool parseOptions(int argc, char** argv, Options* o, const char* tool) {
       o->root = std::atoi(v);
     else if (flag == "-z" || flag == "--blocking")
       o->blocking = std::atoi(v);
+    else if (flag == "-A" || flag == "--memalloc")
+      o->memAlloc = std::atoi(v);
     else if (flag == "-a" || flag == "--average")
       o->average = std::atoi(v);
     else if (flag == "-R" || flag == "--repeats")
@@ -239,8 +275,9 @@ void printHeader(const std::string& tool, const Options& o, int nranks, bool via
     if (!env::getString(*var).empty())
       transports = "neuronlink between linked chips (emulated) + " + transports + ", " + var->name +
                    "=" + env::getString(*var);
-  std::printf("#\n#  Using host memory, transports %s, on %s; launched by %s%s\n#\n",
-              transports.c_str(), host, viaMpi ? "mpirun" : "trnccl-run",
+  std::printf("#\n#  Using host memory%s, transports %s, on %s; launched by %s%s\n#\n",
+              o.memAlloc ? " from trncclMemAlloc" : "", transports.c_str(), host,
+              viaMpi ? "mpirun" : "trnccl-run",
               o.sideBySide ? "; Open MPI runs the same call on the same buffers (ratio = MPI "
                              "time / trnccl out-of-place time, > 1 means trnccl is faster)"
                            : "");
@@ -317,8 +354,9 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
     coll.shape(bytes, esize, nranks, &count, &sendElems, &recvElems);
     PerfCall call{comm, rank, nranks, o.dtype, o.op, o.root, count};
     size_t sizeBytes = std::max(sendElems, recvElems) * esize;
-    std::vector<char> send(sendElems * esize), recv(recvElems * esize), want;
-    std::vector<char> both(std::max(send.size(), recv.size()));  // the in-place buffer
+    Buffer send(sendElems * esize, o.memAlloc), recv(recvElems * esize, o.memAlloc);
+    Buffer both(std::max(send.size(), recv.size()), o.memAlloc);  // the in-place buffer
+    std::vector<char> want;
     double time[2] = {0, 0}, mpiTime = 0;
     long wrong[2] = {0, 0};
     const int placements = coll.inPlaceOffsets ? 2 : 1;
@@ -375,7 +413,7 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
       if (inPlace) {
         if (!input.empty()) std::memcpy(both.data() + sendOffset, input.data(), input.size());
       } else {
-        send = input;
+        send.assign(input);
         sbuf = send.data();
       }
       failed = once(sbuf, rbuf) != trncclSuccess;

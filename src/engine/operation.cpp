@@ -239,8 +239,12 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       const uint64_t seq = schedule_->descriptor.seq;
       const shm::OpDescriptor& theirs = ctx.segment->rankArea(static_cast<int>(step.first))
                                             ->descriptors[seq % shm::kDescriptorSlots];
-      TRNCCL_RETURN_IF_ERROR(shm::cmaRead(ctx.pidOfLocal[step.first], ctx.globalOfLocal[step.first],
-                                          step.dst, theirs.sendAddress + step.value, step.bytes));
+      if (const char* mapped = peerAllocation(ctx, step, theirs))
+        copyBytes(step.dst, mapped, step.bytes, schedule_->userCopies);
+      else
+        TRNCCL_RETURN_IF_ERROR(shm::cmaRead(ctx.pidOfLocal[step.first],
+                                            ctx.globalOfLocal[step.first], step.dst,
+                                            theirs.sendAddress + step.value, step.bytes));
       PeerTraffic& t = ctx.traffic[ctx.globalOfLocal[step.first]];
       ++t.recvMessages;
       t.recvBytes += step.bytes;
@@ -256,6 +260,19 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
     }
   }
   return makeError(Code::kInternalError, "unknown schedule step");
+}
+
+// Where step's bytes are in this process when the peer's send buffer is a trncclMemAlloc
+// allocation this rank can map (nullptr: read with CMA instead).
+const char* Operation::peerAllocation(const ExecContext& ctx, const Step& step,
+                                      const shm::OpDescriptor& theirs) {
+  if (theirs.sendRegionId == 0 || !ctx.peerRegions) return nullptr;
+  if (theirs.sendRegionOffset + step.value + step.bytes > theirs.sendRegionBytes) return nullptr;
+  shm::SharedRegion region{theirs.sendRegionId, static_cast<int>(theirs.sendRegionFd),
+                           theirs.sendRegionOffset, theirs.sendRegionBytes};
+  const char* base =
+      ctx.peerRegions->map(static_cast<int>(step.first), ctx.pidOfLocal[step.first], region);
+  return base ? base + theirs.sendRegionOffset + step.value : nullptr;
 }
 
 Result<bool> Operation::llReady(const ExecContext& ctx, const Step& step, size_t lines) {

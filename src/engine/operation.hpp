@@ -12,6 +12,7 @@
 
 #include "engine/coll_kind.hpp"
 #include "engine/schedule.hpp"
+#include "transports/shm/shared_alloc.hpp"
 
 namespace trnccl {
 
@@ -39,6 +40,8 @@ struct ExecContext {
   // Steps completed and transfers advanced (a fragment sent or received): the wait policy
   // sleeps only after this stood still for its spin time.
   mutable uint64_t progressEvents = 0;
+  // Local peers' trncclMemAlloc allocations mapped here, for single-copy reads.
+  shm::PeerRegionCache* peerRegions = nullptr;
   // Finished operations return their schedules here; the next ones reuse the memory.
   std::vector<std::unique_ptr<Schedule>> spareSchedules;
 };
@@ -84,10 +87,14 @@ class Operation {
   // Completion as seen by request holders, which may live on other threads.
   std::atomic<bool> finished{false};
   Status result;
+  // trncclMemAlloc allocations the call uses, held until it finishes or fails.
+  std::vector<std::shared_ptr<void>> pins;
 
  private:
   virtual Status plan(ScheduleBuilder& builder) = 0;
   Result<bool> llReady(const ExecContext& ctx, const Step& step, size_t lines);
+  static const char* peerAllocation(const ExecContext& ctx, const Step& step,
+                                    const shm::OpDescriptor& theirs);
   Result<bool> runStep(const ExecContext& ctx, Step& step);
   Status checkDescriptors(const ExecContext& ctx);
   void chooseCopyKind(const ExecContext& ctx);

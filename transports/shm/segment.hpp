@@ -29,8 +29,13 @@ struct OpDescriptor {
   uint64_t count;
   uint64_t extra;  // collective specific (e.g. all-to-all-v max block bytes)
   // The caller's send buffer in its own address space, for peers that read it with CMA
-  // (single-copy schedules); not part of the call's signature.
+  // (single-copy schedules); not part of the call's signature. When it lies in a
+  // trncclMemAlloc allocation, the allocation (shared_alloc.hpp; id 0 = none): peers map it.
   uint64_t sendAddress;
+  uint64_t sendRegionId;
+  int64_t sendRegionFd;
+  uint64_t sendRegionOffset;
+  uint64_t sendRegionBytes;
 };
 
 struct SegmentParams {
