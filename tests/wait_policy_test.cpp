@@ -1,7 +1,9 @@
 // The wait policy (src/comm_wait.cpp) through the public API on real rank processes: a rank
-// blocked on a slow peer sleeps instead of burning its core, over shm and over efa, and it
-// still wakes as soon as the peer arrives (the doorbell, not the nap's timeout), and abort
-// from another thread wakes a sleeping waiter. CPU bounds are generous: the machine is shared.
+// blocked on a slow peer of its node sleeps instead of burning its core (also in a
+// communicator with efa peers), and it still wakes as soon as the peer arrives (the doorbell,
+// not the nap's timeout); a wait for an efa peer still completes (it yields, it does not
+// sleep); abort from another thread wakes a sleeping waiter. CPU bounds are generous: the
+// machine is shared.
 #include <gtest/gtest.h>
 #include <time.h>
 
@@ -60,8 +62,39 @@ TEST(WaitPolicy, BlockedRankSleepsOverShm) {
   blockedRankCpu(false, 0.4);  // the target is 10% of a core (0.2 s); spinning would take ~2 s
 }
 
-TEST(WaitPolicy, BlockedRankSleepsOverEfa) {
-  blockedRankCpu(true, 0.6);
+// A wait for an efa peer does not sleep (comm_wait.cpp says why): it still completes.
+TEST(WaitPolicy, BlockedOnAnEfaPeerStillCompletes) {
+  blockedRankCpu(true, 10.0);
+}
+
+// With efa peers in the communicator, a wait for a peer of its own node still sleeps: 2
+// emulated nodes of 2 ranks, rank 0 receives from rank 1 (shm) which sends 2 s late.
+TEST(WaitPolicy, AWaitForALocalPeerSleepsBesideEfaPeers) {
+  auto outcomes = withComm(
+      4,
+      [](int rank) {
+        setenv("TRNCCL_HOSTID", rank < 2 ? "wait-node-a" : "wait-node-b", 1);
+        setenv("FI_TCP_IFACE", "lo", 1);
+        setenv("FI_NET_IFACE", "lo", 1);
+      },
+      [](Failures& f, trncclComm_t comm, int rank, int) {
+        int64_t x = 7;
+        if (rank == 1) {
+          std::this_thread::sleep_for(std::chrono::seconds(2));
+          if (trncclSend(&x, 1, trncclInt64, 0, comm) != trncclSuccess)
+            f.add("send: %s", trncclGetLastError(nullptr));
+        } else if (rank == 0) {
+          int64_t y = 0;
+          const double cpu0 = threadCpuSeconds();
+          if (trncclRecv(&y, 1, trncclInt64, 1, comm) != trncclSuccess)
+            f.add("recv: %s", trncclGetLastError(nullptr));
+          const double cpu = threadCpuSeconds() - cpu0;
+          if (y != 7) f.add("received %lld", static_cast<long long>(y));
+          if (cpu > 0.4)
+            f.add("rank 0 used %.3f s of CPU waiting 2 s for rank 1 of its own node", cpu);
+        }
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
 }
 
 // With TRNCCL_SPIN_TIME_US=0 rank 0 sleeps at once in every call; rank 1 arrives 20 ms late and

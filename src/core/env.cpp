@@ -26,9 +26,9 @@ const Var kSpinCount{"TRNCCL_SPIN_COUNT", Kind::kInt, "2000",
 const Var kSpinTimeUs{"TRNCCL_SPIN_TIME_US", Kind::kInt, "1000",
                       "Microseconds a waiting rank keeps spinning and yielding without seeing "
                       "progress before it sleeps (on a futex in the node's shared segment that "
-                      "peers ring when they publish; over efa, naps of 50 us doubling to 1 ms). "
-                      "A sleeping rank uses almost no CPU but wakes a few microseconds later. "
-                      "-1 never sleeps."};
+                      "peers ring when they publish). A sleeping rank uses almost no CPU and "
+                      "wakes some tens of microseconds later. A wait for an efa peer yields but "
+                      "does not sleep. -1 never sleeps."};
 const Var kCma{"TRNCCL_CMA", Kind::kBool, "1",
                "Lets ranks of a node copy large blocks straight out of each other's buffers "
                "with process_vm_readv (one copy instead of two through the shared windows), "

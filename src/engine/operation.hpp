@@ -69,6 +69,8 @@ class Operation {
     const std::atomic<uint64_t>* word = nullptr;
     uint64_t seen = 0;
     uint64_t progressEvents = 0;  // the communicator's count when the hint was taken
+    bool overNetwork = false;     // blocked on an efa peer, or on an unknown one with efa peers
+    int blockedOnPeer = -1;
   };
   SpinHint spinHint() const { return spinHint_; }
   bool started() const { return started_; }

@@ -192,6 +192,7 @@ void Segment::raiseAbort(Code code, int rank, const std::string& reason) {
 void Segment::ringDoorbell() {
   header_->doorbell.fetch_add(1, std::memory_order_release);
   futexWakeAll(&header_->doorbell);
+  wokeSleepers_.store(true, std::memory_order_relaxed);
 }
 
 void Segment::sleep(uint32_t ticket, int64_t timeoutNs) {

@@ -188,6 +188,12 @@ class Segment {
   }
   void sleep(uint32_t ticket, int64_t timeoutNs);
   void endSleep() { header_->sleepers.fetch_sub(1, std::memory_order_relaxed); }
+  // True once after this process woke sleepers: the scheduler may have queued a woken rank on
+  // this rank's core, which a spinning waiter would keep from it (Communicator::wait yields).
+  bool takeWokeSleepers() {
+    return wokeSleepers_.load(std::memory_order_relaxed) &&
+           wokeSleepers_.exchange(false, std::memory_order_relaxed);
+  }
 
   // First error wins; later calls keep the first reason.
   void raiseAbort(Code code, int rank, const std::string& reason);
@@ -197,6 +203,7 @@ class Segment {
 
  private:
   void ringDoorbell();
+  std::atomic<bool> wokeSleepers_{false};
   // The header's page(s) come first; the rank areas follow.
   static constexpr size_t rankAreasOffset() { return alignUp(sizeof(SegmentHeader), 4096); }
   static size_t layout(const SegmentParams& params, uint64_t* rankAreaBytes, uint64_t* ringBytes);
