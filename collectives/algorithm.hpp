@@ -2,6 +2,7 @@
 // shared windows). An algorithm turns them into a schedule; it never names a transport.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -54,6 +55,17 @@ struct CommView {
   // Direct schedules read blocks of at least this many bytes from peers' user buffers with
   // CMA instead of staging them in windows (SIZE_MAX: CMA is off on this node).
   size_t cmaMinBytes = SIZE_MAX;
+  // More ranks than cores on this machine: the single-copy all-gather and broadcast end with
+  // every rank waiting for all readers, a scheduling round each; measured at 4 ranks on 2
+  // cores they were 10-80% slower than the windows from 64 KiB to 4 MiB (all-to-all was
+  // 25-35% faster), so there they start at kCmaOversubscribedMinBytes.
+  bool oversubscribed = false;
+  static constexpr size_t kCmaOversubscribedMinBytes = 4 << 20;
+  size_t cmaMinFor(CollKind kind) const {
+    if (oversubscribed && (kind == CollKind::kAllGather || kind == CollKind::kBroadcast))
+      return std::max(cmaMinBytes, kCmaOversubscribedMinBytes);
+    return cmaMinBytes;
+  }
   char* window(int rank, int slot) const { return segment->window(rank, slot); }
   // Every rank in the order whole-communicator rings take: node by node, each node along its
   // NeuronLinks when it has a device graph (Topology::ringOrder), else rank order.

@@ -119,6 +119,7 @@ class Communicator {
   Status chooseTransports(const topology::TransportSet& allowed);  // comm_topology.cpp
   void buildPlanner(const Settings& settings);
   void adaptToCores();
+  bool oversubscribed() const;  // more ranks on this machine than it has cores
   void logInit() const;
   Status dumpTopology() const;  // comm_topology.cpp
   Status push(const std::shared_ptr<Operation>& op);

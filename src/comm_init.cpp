@@ -407,21 +407,27 @@ void Communicator::buildPlanner(const Settings& s) {
   view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;
   view.llMaxBytes = segment_.params().llMaxBytes;
   if (cmaReadable_) view.cmaMinBytes = segment_.params().cmaMinBytes;
+  view.oversubscribed = oversubscribed();
   planner_ = std::make_unique<Planner>(view, s.algo, s.costs);
 }
 
 // Oversubscription is about this machine's cores, whatever node identities say (emulated
 // nodes share the cores too, and so do libfabric's progress threads).
-void Communicator::adaptToCores() {
+// Every rank of a machine computes the same answer (the table of ranks is the same everywhere).
+bool Communicator::oversubscribed() const {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   unsigned onThisMachine = 0;
   for (const auto& p : peers_) onThisMachine += p.machineHash == peers_[rank_].machineHash;
+  return onThisMachine > cores;
+}
+
+void Communicator::adaptToCores() {
   // Oversubscribed, the peer a rank waits for is often not running: spin briefly (a few
   // pauses per pass, not a long watch of the word) and give the core away soon. With efa,
   // at once: a pass reads the completion queues up to 8 times (poll() calls with tcp), so 50
   // passes kept the core for hundreds of microseconds (4 ranks on 2 cores, 8 B all-reduce
   // over tcp;ofi_rxm: 678 us per call at 50, 116 us at 0).
-  if (onThisMachine > cores) {
+  if (oversubscribed()) {
     spinCount_ = std::min(spinCount_, efa_ ? 0 : 50);
     watchPauses_ = 1;
     // And the pass reads the queues once: 4 ranks on 2 cores, 8 B all-reduce over tcp;ofi_rxm

@@ -65,7 +65,8 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   const size_t block = blocks->sendBytes[0];
   // Single copy (CMA): out of place only, since in place a peer may still be reading the
   // block this rank would overwrite.
-  if (a.kind == CollKind::kAllToAll && a.sendbuff != a.recvbuff && block >= c.cmaMinBytes) {
+  if (a.kind == CollKind::kAllToAll && a.sendbuff != a.recvbuff &&
+      block >= c.cmaMinFor(CollKind::kAllToAll)) {
     cmaExchange(b, a, [&] {
       for (int q = 0; q < c.nranks; ++q)
         if (q != c.rank) b.cmaRead(byteAt(a.recvbuff, q * block), q, c.rank * block, block);

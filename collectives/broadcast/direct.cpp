@@ -9,7 +9,9 @@ Status broadcastDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   const size_t perRound = c.windowBytes;
   auto roundLen = [&](size_t k) { return std::min(perRound, bytes - k * perRound); };
   const bool isRoot = c.rank == a.root;
-  if (bytes >= c.cmaMinBytes) {  // single copy: every other rank reads the root's buffer (CMA)
+  if (bytes >=
+      c.cmaMinFor(
+          CollKind::kBroadcast)) {  // single copy: every other rank reads the root's buffer (CMA)
     cmaExchange(b, a, [&] {
       if (isRoot)
         b.copy(a.recvbuff, a.sendbuff, bytes);
