@@ -123,7 +123,7 @@ double direct(CollKind kind, double bytes, const PlanShape& s, const CostParams&
   const double rounds = std::max(1.0, std::ceil(perRank / static_cast<double>(s.windowBytes)));
   // The single-copy forms (CMA, collectives/direct_rounds.hpp): two synchronisations, and each
   // byte of a rank's output copied once (a CMA read is modeled at the host's copy speed; an
-  // in-place all-to-all, which keeps the windows, is modeled as this too).
+  // in-place all-to-all also stages its input once, which this leaves out).
   const double block = kind == CollKind::kAllToAll ? bytes / n : perRank;
   const bool cma = kind == CollKind::kAllToAll
                        ? block >= static_cast<double>(s.cmaMinBytes)

@@ -43,13 +43,15 @@ void directRounds(ScheduleBuilder& b, const CollArgs& a, size_t rounds, bool pub
 // reads() copies what this rank needs straight out of the peers' buffers (ScheduleBuilder::
 // cmaRead); a last post and wait keep every rank in the call until its peers have finished
 // reading its buffer. Every rank takes this form or none: the block size and the node's
-// CMA verdict (CommView::cmaMinBytes) are the same everywhere.
+// CMA verdict (CommView::cmaMinFor) are the same everywhere, and nothing a single rank
+// chooses (such as working in place) may change the form.
+// `source` is what peers read (the send buffer, or a staged copy of it).
 template <typename Reads>
-void cmaExchange(ScheduleBuilder& b, const CollArgs& a, const Reads& reads) {
+void cmaExchange(ScheduleBuilder& b, const CollArgs& a, const void* source, const Reads& reads) {
   shm::OpDescriptor descriptor = describe(a);
-  descriptor.sendAddress = reinterpret_cast<uint64_t>(a.sendbuff);
+  descriptor.sendAddress = reinterpret_cast<uint64_t>(source);
   shm::SharedRegion region;
-  if (shm::findSharedRegion(a.sendbuff, &region)) {
+  if (shm::findSharedRegion(source, &region)) {
     descriptor.sendRegionId = region.id;
     descriptor.sendRegionFd = region.fd;
     descriptor.sendRegionOffset = region.offset;

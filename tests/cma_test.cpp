@@ -61,6 +61,34 @@ void allToAllReads(const char* rank0Cma, const char* othersCma, bool expectCma) 
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+// Working in place is each rank's own choice; the single-copy form must not depend on it.
+TEST(Cma, AllToAllWithRanksMixingInPlaceAndOutOfPlace) {
+  constexpr size_t kCount = 1 << 18;  // floats: 1 MiB blocks
+  auto outcomes = withComm(
+      3, [](int) { setenv("TRNCCL_ALGO", "direct", 1); },
+      [&](Failures& f, trncclComm_t comm, int rank, int n) {
+        std::vector<float> send(kCount * n), recv(kCount * n, -1.0f);
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < kCount; ++i)
+            send[q * kCount + i] = static_cast<float>(rank * 1000003 + q * 1009 + i);
+        const bool inPlace = rank != 1;  // ranks 0 and 2 in place, rank 1 out of place
+        if (inPlace) recv = send;
+        if (trncclAllToAll(inPlace ? recv.data() : send.data(), recv.data(), kCount, trncclFloat32,
+                           comm) != trncclSuccess) {
+          f.add("all-to-all failed: %s", trncclGetLastError(nullptr));
+          return;
+        }
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < kCount; ++i)
+            if (recv[q * kCount + i] != static_cast<float>(q * 1000003 + rank * 1009 + i)) {
+              f.add("block %d element %zu is %g (%s)", q, i, recv[q * kCount + i],
+                    inPlace ? "in place" : "out of place");
+              return;
+            }
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
 TEST(Cma, DirectAllToAllReadsPeersBuffers) {
   allToAllReads(nullptr, nullptr, true);
 }

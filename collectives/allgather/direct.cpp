@@ -21,7 +21,7 @@ Status allGatherDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   // In place, this rank's block already sits where the output wants it.
   const bool inPlace = a.sendbuff == byteAt(a.recvbuff, c.rank * a.count * esize);
   if (bytes >= c.cmaMinFor(CollKind::kAllGather)) {
-    cmaExchange(b, a, [&] {
+    cmaExchange(b, a, a.sendbuff, [&] {
       for (int q = 0; q < c.nranks; ++q)
         if (q != c.rank) b.cmaRead(byteAt(a.recvbuff, q * bytes), q, 0, bytes);
       if (!inPlace) b.copy(byteAt(a.recvbuff, c.rank * bytes), a.sendbuff, bytes);

@@ -63,14 +63,22 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   auto blocks = std::make_shared<Blocks>(blocksOf(a, c.nranks));
   const size_t sub = subBlockBytes(c);
   const size_t block = blocks->sendBytes[0];
-  // Single copy (CMA): out of place only, since in place a peer may still be reading the
-  // block this rank would overwrite.
-  if (a.kind == CollKind::kAllToAll && a.sendbuff != a.recvbuff &&
-      block >= c.cmaMinFor(CollKind::kAllToAll)) {
-    cmaExchange(b, a, [&] {
+  // Single copy (CMA). A rank working in place first stages its input in scratch, which its
+  // peers read: otherwise it would overwrite blocks they are still reading. (Every rank takes
+  // this form or none, whoever works in place: the schedules' posts must match.)
+  if (a.kind == CollKind::kAllToAll && block >= c.cmaMinFor(CollKind::kAllToAll)) {
+    const bool inPlace = a.sendbuff == a.recvbuff;
+    const void* source = a.sendbuff;
+    if (inPlace) {
+      char* staged = b.scratch(c.nranks * block);
+      b.copy(staged, a.sendbuff, c.nranks * block);
+      source = staged;
+    }
+    cmaExchange(b, a, source, [&] {
       for (int q = 0; q < c.nranks; ++q)
         if (q != c.rank) b.cmaRead(byteAt(a.recvbuff, q * block), q, c.rank * block, block);
-      b.copy(byteAt(a.recvbuff, c.rank * block), byteAt(a.sendbuff, c.rank * block), block);
+      if (!inPlace)
+        b.copy(byteAt(a.recvbuff, c.rank * block), byteAt(a.sendbuff, c.rank * block), block);
     });
     return Status::ok();
   }

@@ -12,7 +12,7 @@ Status broadcastDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   if (bytes >=
       c.cmaMinFor(
           CollKind::kBroadcast)) {  // single copy: every other rank reads the root's buffer (CMA)
-    cmaExchange(b, a, [&] {
+    cmaExchange(b, a, a.sendbuff, [&] {
       if (isRoot)
         b.copy(a.recvbuff, a.sendbuff, bytes);
       else
