@@ -144,9 +144,9 @@ trncclResult_t trncclCommDeregister(const trncclComm_t comm, void* handle);
  * (no system call per copy, streaming stores for large copies) where other buffers are read
  * with process_vm_readv; nothing else changes, and any call accepts these buffers. Needs the
  * same permission as CMA (TRNCCL_CMA); without it such buffers act as ordinary memory.
- * trncclMemFree takes exactly the pointer trncclMemAlloc returned, once, and refuses
- * (trncclInvalidUsage) while a queued call still uses the allocation. size > 0; memory is
- * zeroed and page aligned. */
+ * trncclMemFree takes exactly the pointer trncclMemAlloc returned, once (NULL is ignored),
+ * and refuses (trncclInvalidUsage) while a queued call still uses the allocation. size > 0;
+ * memory is zeroed and page aligned. */
 trncclResult_t trncclMemAlloc(void** ptr, size_t size);
 trncclResult_t trncclMemFree(void* ptr);
 
