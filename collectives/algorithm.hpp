@@ -42,6 +42,17 @@ struct RingGroup {
   static RingGroup of(std::vector<int> order, int rank);
 };
 
+// The smallest block a direct schedule of `kind` reads by CMA. More ranks than cores: the
+// single-copy all-gather and broadcast end with every rank waiting for all readers, a
+// scheduling round each; measured at 4 ranks on 2 cores they were 10-80% slower than the
+// windows from 64 KiB to 4 MiB (all-to-all was 25-35% faster), so there they start at 4 MiB.
+inline size_t cmaMinBytesFor(CollKind kind, size_t cmaMinBytes, bool oversubscribed) {
+  constexpr size_t kOversubscribedMinBytes = 4 << 20;
+  if (oversubscribed && (kind == CollKind::kAllGather || kind == CollKind::kBroadcast))
+    return std::max(cmaMinBytes, kOversubscribedMinBytes);
+  return cmaMinBytes;
+}
+
 struct CommView {
   int rank = 0;
   int nranks = 1;
@@ -55,16 +66,9 @@ struct CommView {
   // Direct schedules read blocks of at least this many bytes from peers' user buffers with
   // CMA instead of staging them in windows (SIZE_MAX: CMA is off on this node).
   size_t cmaMinBytes = SIZE_MAX;
-  // More ranks than cores on this machine: the single-copy all-gather and broadcast end with
-  // every rank waiting for all readers, a scheduling round each; measured at 4 ranks on 2
-  // cores they were 10-80% slower than the windows from 64 KiB to 4 MiB (all-to-all was
-  // 25-35% faster), so there they start at kCmaOversubscribedMinBytes.
-  bool oversubscribed = false;
-  static constexpr size_t kCmaOversubscribedMinBytes = 4 << 20;
+  bool oversubscribed = false;  // more ranks on this machine than it has cores
   size_t cmaMinFor(CollKind kind) const {
-    if (oversubscribed && (kind == CollKind::kAllGather || kind == CollKind::kBroadcast))
-      return std::max(cmaMinBytes, kCmaOversubscribedMinBytes);
-    return cmaMinBytes;
+    return cmaMinBytesFor(kind, cmaMinBytes, oversubscribed);
   }
   char* window(int rank, int slot) const { return segment->window(rank, slot); }
   // Every rank in the order whole-communicator rings take: node by node, each node along its

@@ -66,8 +66,8 @@ struct PlanShape {
   size_t windowBytes = 256 << 10;
   size_t llMaxBytes = 64;
   size_t oneShotMaxBytes = 16 << 10;
-  size_t cmaMinBytes = SIZE_MAX;           // CommView::cmaMinFor(all-to-all)
-  size_t cmaOneToManyMinBytes = SIZE_MAX;  // CommView::cmaMinFor(all-gather, broadcast)
+  size_t cmaMinBytes = SIZE_MAX;  // CommView::cmaMinBytes
+  bool oversubscribed = false;    // CommView::oversubscribed
 };
 
 PlanShape planShapeOf(const CommView& view);

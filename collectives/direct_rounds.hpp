@@ -50,13 +50,7 @@ template <typename Reads>
 void cmaExchange(ScheduleBuilder& b, const CollArgs& a, const void* source, const Reads& reads) {
   shm::OpDescriptor descriptor = describe(a);
   descriptor.sendAddress = reinterpret_cast<uint64_t>(source);
-  shm::SharedRegion region;
-  if (shm::findSharedRegion(source, &region)) {
-    descriptor.sendRegionId = region.id;
-    descriptor.sendRegionFd = region.fd;
-    descriptor.sendRegionOffset = region.offset;
-    descriptor.sendRegionBytes = region.bytes;
-  }
+  shm::findSharedRegion(source, &descriptor.sendRegion);  // left "none" when it is not in one
   b.publishDescriptor(descriptor);
   b.waitAll(b.post());
   b.checkDescriptors();

@@ -116,6 +116,7 @@ class Communicator {
   Status attachSegment(const trncclUniqueId& id, const Settings& settings,
                        const Deadline& deadline);
   Status setupCma(const Deadline& deadline);
+  Status localPeersAlive(const char* when) const;  // during init's waits for local ranks
   Status chooseTransports(const topology::TransportSet& allowed);  // comm_topology.cpp
   void buildPlanner(const Settings& settings);
   void adaptToCores();

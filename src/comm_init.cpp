@@ -333,17 +333,18 @@ Status Communicator::attachSegment(const trncclUniqueId& id, const Settings& s,
   for (int r = 0; r < nranks_; ++r)
     if (r != rank_ && peers_[r].machineHash == peers_[rank_].machineHash)
       watch_.watch(r, peers_[r].pid);
-  auto localPeersAlive = [&]() -> Status {
-    for (int r : localRanks)
-      if (r != rank_ && watch_.isDead(r))
-        return makeError(Code::kRemoteError,
-                         "%s exited during initialisation, before mapping "
-                         "the shared-memory segment",
-                         describePeer(r).c_str());
-    return Status::ok();
-  };
-  return segment_.attach(env::getString(env::kShmDir), segmentName, topology_.localRank(rank_),
-                         params, deadline, localPeersAlive);
+  return segment_.attach(
+      env::getString(env::kShmDir), segmentName, topology_.localRank(rank_), params, deadline,
+      [this] { return localPeersAlive("before mapping the shared-memory segment"); });
+}
+
+// An error naming the first rank of this node that has exited, while init waits for them.
+Status Communicator::localPeersAlive(const char* when) const {
+  for (int r : topology_.ranksOfNode(topology_.nodeOf(rank_)))
+    if (r != rank_ && watch_.isDead(r))
+      return makeError(Code::kRemoteError, "%s exited during initialisation, %s",
+                       describePeer(r).c_str(), when);
+  return Status::ok();
 }
 
 // CMA must work between every pair of local ranks, or no rank of the node uses it (the
@@ -372,10 +373,7 @@ Status Communicator::setupCma(const Deadline& deadline) {
                        "rank %d: the ranks of this node did not all finish init's CMA probe "
                        "within TRNCCL_TIMEOUT=%.1f s",
                        rank_, options_.timeoutSeconds);
-    for (int r : localRanks)
-      if (r != rank_ && watch_.isDead(r))
-        return makeError(Code::kRemoteError, "%s exited during initialisation (CMA probe)",
-                         describePeer(r).c_str());
+    TRNCCL_RETURN_IF_ERROR(localPeersAlive("during the CMA probe"));
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   const uint32_t failed = header->cmaFailed.load();

@@ -7,7 +7,6 @@
 //   trnccl-run -np 2 wait_perf [-l SECONDS] [-R REPEATS] [-s SPIN_US] [-t shm,efa] [-n ITERS]
 #include <getopt.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.hpp"  // steady clock: CLOCK_MONOTONIC, one clock for both ranks
 #include "perf/launch.hpp"
 #include "trnccl.h"
 
@@ -90,12 +90,6 @@ double processCpuSeconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-int64_t monotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
-}
-
 struct Sample {
   double cpuSeconds = 0, wakeUs = 0, latencyUs = 0;
 };
@@ -105,19 +99,19 @@ bool measure(trncclComm_t comm, int rank, const Options& o, Sample* s) {
   // Blocked: rank 1 arrives late and carries its arrival time in the all-reduce.
   if (trncclBarrier(comm) != trncclSuccess) return false;
   if (rank == 1) std::this_thread::sleep_for(std::chrono::duration<double>(o.lateSeconds));
-  int64_t arrival = rank == 1 ? monotonicNs() : 0;
+  int64_t arrival = rank == 1 ? trnccl::nowNs() : 0;
   const double cpu0 = processCpuSeconds();
   if (trncclAllReduce(&arrival, &arrival, 1, trncclInt64, trncclSum, comm) != trncclSuccess)
     return false;
-  s->wakeUs = (monotonicNs() - arrival) / 1e3;
+  s->wakeUs = (trnccl::nowNs() - arrival) / 1e3;
   s->cpuSeconds = processCpuSeconds() - cpu0;
   // Latency: both ranks in step; the median of single-call times.
   std::vector<double> times;
   int64_t x = 1;
   for (int i = 0; i < o.iters + 50; ++i) {
-    const int64_t t0 = monotonicNs();
+    const int64_t t0 = trnccl::nowNs();
     if (trncclAllReduce(&x, &x, 1, trncclInt64, trncclMax, comm) != trncclSuccess) return false;
-    if (i >= 50) times.push_back((monotonicNs() - t0) / 1e3);
+    if (i >= 50) times.push_back((trnccl::nowNs() - t0) / 1e3);
   }
   std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
   s->latencyUs = times[times.size() / 2];

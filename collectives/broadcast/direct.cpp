@@ -9,9 +9,8 @@ Status broadcastDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   const size_t perRound = c.windowBytes;
   auto roundLen = [&](size_t k) { return std::min(perRound, bytes - k * perRound); };
   const bool isRoot = c.rank == a.root;
-  if (bytes >=
-      c.cmaMinFor(
-          CollKind::kBroadcast)) {  // single copy: every other rank reads the root's buffer (CMA)
+  // Single copy: every other rank reads the root's buffer (CMA).
+  if (bytes >= c.cmaMinFor(CollKind::kBroadcast)) {
     cmaExchange(b, a, a.sendbuff, [&] {
       if (isRoot)
         b.copy(a.recvbuff, a.sendbuff, bytes);

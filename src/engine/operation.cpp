@@ -148,9 +148,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
         blockedOnPeer_ = transfer.peer;
         blockedOn_ = "sending to";
       } else if (done.isOk()) {
-        PeerTraffic& t = ctx.traffic[transfer.peer];
-        ++t.sentMessages;
-        t.sentBytes += transfer.bytes;
+        ctx.traffic[transfer.peer].countSent(transfer.bytes);
       }
       return done;
     }
@@ -164,9 +162,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
         blockedOnPeer_ = transfer.peer;
         blockedOn_ = "receiving from";
       } else if (done.isOk()) {
-        PeerTraffic& t = ctx.traffic[transfer.peer];
-        ++t.recvMessages;
-        t.recvBytes += transfer.bytes;
+        ctx.traffic[transfer.peer].countReceived(transfer.bytes);
       }
       return done;
     }
@@ -245,9 +241,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
         TRNCCL_RETURN_IF_ERROR(shm::cmaRead(ctx.pidOfLocal[step.first],
                                             ctx.globalOfLocal[step.first], step.dst,
                                             theirs.sendAddress + step.value, step.bytes));
-      PeerTraffic& t = ctx.traffic[ctx.globalOfLocal[step.first]];
-      ++t.recvMessages;
-      t.recvBytes += step.bytes;
+      ctx.traffic[ctx.globalOfLocal[step.first]].countReceived(step.bytes);
       return true;
     }
     case StepKind::kCallback: {
@@ -266,13 +260,12 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
 // allocation this rank can map (nullptr: read with CMA instead).
 const char* Operation::peerAllocation(const ExecContext& ctx, const Step& step,
                                       const shm::OpDescriptor& theirs) {
-  if (theirs.sendRegionId == 0 || !ctx.peerRegions) return nullptr;
-  if (theirs.sendRegionOffset + step.value + step.bytes > theirs.sendRegionBytes) return nullptr;
-  shm::SharedRegion region{theirs.sendRegionId, static_cast<int>(theirs.sendRegionFd),
-                           theirs.sendRegionOffset, theirs.sendRegionBytes};
+  const shm::SharedRegion& region = theirs.sendRegion;
+  if (region.id == 0 || !ctx.peerRegions) return nullptr;
+  if (region.offset + step.value + step.bytes > region.bytes) return nullptr;
   const char* base =
       ctx.peerRegions->map(static_cast<int>(step.first), ctx.pidOfLocal[step.first], region);
-  return base ? base + theirs.sendRegionOffset + step.value : nullptr;
+  return base ? base + region.offset + step.value : nullptr;
 }
 
 Result<bool> Operation::llReady(const ExecContext& ctx, const Step& step, size_t lines) {

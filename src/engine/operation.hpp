@@ -22,6 +22,14 @@ namespace trnccl {
 // CMA reads are, as received messages.
 struct PeerTraffic {
   uint64_t sentMessages = 0, sentBytes = 0, recvMessages = 0, recvBytes = 0;
+  void countSent(size_t bytes) {
+    ++sentMessages;
+    sentBytes += bytes;
+  }
+  void countReceived(size_t bytes) {
+    ++recvMessages;
+    recvBytes += bytes;
+  }
 };
 
 // What the executor needs from the communicator.

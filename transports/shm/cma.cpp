@@ -4,8 +4,10 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
+
+#include "core/text_file.hpp"
 
 namespace trnccl::shm {
 
@@ -15,9 +17,9 @@ const uint64_t* cmaProbeWord() {
 }
 
 std::string allowCmaReaders() {
-  std::ifstream scope("/proc/sys/kernel/yama/ptrace_scope");
-  int value = 0;
-  if (!(scope >> value) || value == 0) return "";
+  auto scope = readTextFile("/proc/sys/kernel/yama/ptrace_scope");  // absent: no Yama
+  const int value = scope.isOk() ? std::atoi(scope.value().c_str()) : 0;
+  if (value == 0) return "";
   if (value == 1 && prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
     return "Yama ptrace_scope=1: this process lets same-user processes read it (PR_SET_PTRACER)";
   return "Yama ptrace_scope=" + std::to_string(value) + " forbids it";

@@ -13,6 +13,7 @@
 
 #include "core/clock.hpp"
 #include "core/status.hpp"
+#include "transports/shm/shared_alloc.hpp"
 
 namespace trnccl::shm {
 
@@ -32,10 +33,7 @@ struct OpDescriptor {
   // (single-copy schedules); not part of the call's signature. When it lies in a
   // trncclMemAlloc allocation, the allocation (shared_alloc.hpp; id 0 = none): peers map it.
   uint64_t sendAddress;
-  uint64_t sendRegionId;
-  int64_t sendRegionFd;
-  uint64_t sendRegionOffset;
-  uint64_t sendRegionBytes;
+  SharedRegion sendRegion;
 };
 
 struct SegmentParams {

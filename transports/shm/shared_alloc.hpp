@@ -26,7 +26,8 @@ struct SharedRegion {
 
 Result<void*> sharedAlloc(size_t bytes);
 Status sharedFree(void* ptr);
-// True when p lies in a live allocation; cheap when there is none.
+// True when p lies in a live allocation, filling *region (left as it was otherwise); cheap
+// when there is none.
 bool findSharedRegion(const void* p, SharedRegion* region);
 // Keeps the allocation holding p from being freed while a call uses it (nullptr when p is in
 // none); the pin ends when the returned pointer is released.
