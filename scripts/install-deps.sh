@@ -6,6 +6,7 @@ packages=(
   libfabric-dev libopenmpi-dev openmpi-bin libhwloc-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
   python3-matplotlib
+  python3-torch libtorch-dev pybind11-dev python3-dev
   iproute2 nftables
 )
 missing=()
