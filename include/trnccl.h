@@ -310,7 +310,8 @@ typedef struct {
   int maxDispatchTokensPerRank; /* most tokens a rank routes per step */
   int maxRecvTokensPerRank;     /* rows (flat) or slots (expert-major) a rank can receive */
   size_t maxTokenBytes;         /* hidden * element size, at most */
-  trncclDataType_t payloadType; /* trncclBfloat16, trncclFloat16 or trncclFloat32 */
+  trncclDataType_t payloadType; /* trncclBfloat16, trncclFloat16, trncclFloat32 or (for
+                                   gradient checks) trncclFloat64 */
   trncclEpMode_t mode;          /* trncclEpModeAuto by default */
 } trncclEpConfig_t;
 

@@ -19,10 +19,12 @@ namespace {
 
 // ---- values in the payload types, converted by the test itself ----
 size_t typeSize(trncclDataType_t t) {
-  return t == trncclFloat32 ? 4 : 2;
+  return t == trncclFloat64 ? 8 : t == trncclFloat32 ? 4 : 2;
 }
 void storeValue(trncclDataType_t t, void* base, size_t i, float v) {
-  if (t == trncclFloat32) {
+  if (t == trncclFloat64) {
+    static_cast<double*>(base)[i] = v;
+  } else if (t == trncclFloat32) {
     static_cast<float*>(base)[i] = v;
   } else if (t == trncclFloat16) {
     _Float16 h = static_cast<_Float16>(v);
@@ -35,6 +37,7 @@ void storeValue(trncclDataType_t t, void* base, size_t i, float v) {
   }
 }
 float loadValue(trncclDataType_t t, const void* base, size_t i) {
+  if (t == trncclFloat64) return static_cast<float>(static_cast<const double*>(base)[i]);
   if (t == trncclFloat32) return static_cast<const float*>(base)[i];
   if (t == trncclFloat16) {
     _Float16 h;
@@ -313,9 +316,9 @@ TEST_P(Moe, DispatchAndCombineMatchTheSerialReference) {
       n, [&](int rank) { setupLayout(layout, rank); },
       [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
         const std::vector<trncclDataType_t> types =
-            quickMode()
-                ? std::vector<trncclDataType_t>{trncclBfloat16}
-                : std::vector<trncclDataType_t>{trncclBfloat16, trncclFloat16, trncclFloat32};
+            quickMode() ? std::vector<trncclDataType_t>{trncclBfloat16}
+                        : std::vector<trncclDataType_t>{trncclBfloat16, trncclFloat16,
+                                                        trncclFloat32, trncclFloat64};
         uint64_t salt = 1;
         for (trncclDataType_t type : types) {
           const size_t H = 40;

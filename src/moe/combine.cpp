@@ -2,8 +2,8 @@
 // into the tokens' original order. The expert side sends each source's rows as one message
 // (flat: straight from the caller's buffer; expert-major: each row's slots summed first, in
 // ascending local expert order, scaled by their weights when asked), and the origin sums each
-// token's rows in ascending rank order with the fp32-accumulating reduction kernels: a fixed
-// order, so the result is bitwise the same run to run.
+// token's rows in ascending rank order with the fp32-accumulating reduction kernels (fp64
+// payloads in fp64): a fixed order, so the result is bitwise the same run to run.
 #include <cstring>
 
 #include "core/dtype.hpp"
@@ -84,6 +84,16 @@ void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, Staging&
     }
     if (!a.weighted) {
       sumRows(type, dst, srcs.data(), n, a.hidden, rowBytes);
+      continue;
+    }
+    if (type == trncclFloat64) {  // fp64 (gradient checks) accumulates in fp64
+      double* out = static_cast<double*>(dst);
+      std::fill(out, out + a.hidden, 0.0);
+      for (int i = 0; i < n; ++i) {
+        const double w = rt.slotWeights[rt.slotOf[j * K + i]];
+        const double* src = static_cast<const double*>(srcs[i]);
+        for (size_t k = 0; k < a.hidden; ++k) out[k] += w * src[k];
+      }
       continue;
     }
     float* acc = st.accumulator.data();
