@@ -2,7 +2,10 @@
 // It creates the unique id (the rendezvous root runs in this process), hands it to every rank
 // through TRNCCL_UNIQUE_ID / TRNCCL_RANK / TRNCCL_NRANKS, and makes sure the job ends: when a
 // rank fails, the others get SIGTERM (then SIGKILL) instead of waiting forever.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,12 +38,32 @@ void usage(FILE* out) {
                "  One job from several launchers (e.g. one per network namespace): each starts\n"
                "  ranks K..K+N-1 of TOTAL; the one with --first-rank 0 creates the unique id\n"
                "  and writes it to PATH (its root listens on TRNCCL_BOOTSTRAP_ADDR), the others\n"
-               "  wait up to 60 s for PATH and join with it.\n");
+               "  wait up to 60 s for PATH and join with it.\n"
+               "  For torch.distributed's env:// rendezvous it also sets RANK, WORLD_SIZE,\n"
+               "  LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (127.0.0.1) and MASTER_PORT (a free\n"
+               "  port) where they are not set, so trnccl-run -np 2 python3 train.py works\n"
+               "  with init_process_group(\"trnccl\") as under torchrun.\n");
 }
 
 volatile sig_atomic_t interrupted = 0;
 void onSignal(int) {
   interrupted = 1;
+}
+
+// A TCP port on 127.0.0.1 that nothing listens on now (for torch's store), or 0.
+int freeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
 }
 
 }  // namespace
@@ -131,6 +154,11 @@ int main(int argc, char** argv) {
   signal(SIGINT, onSignal);
   signal(SIGTERM, onSignal);
 
+  // torch.distributed's env:// variables, for a job started by this launcher alone (a job
+  // spread over several launchers sets its own MASTER_ADDR / MASTER_PORT).
+  const bool torchEnv = firstRank == 0 && nranks == totalRanks;
+  const int torchPort = torchEnv && !std::getenv("MASTER_PORT") ? freeLoopbackPort() : 0;
+
   std::vector<pid_t> pids;
   for (int local = 0; local < nranks; ++local) {
     const int rank = firstRank + local;
@@ -156,6 +184,17 @@ int main(int argc, char** argv) {
       if (!std::getenv(pin)) env.push_back(std::string(pin) + "=lo");
     if (!hostIds.empty())
       env.push_back(std::string(trnccl::env::kHostId.name) + "=" + hostIds[rank % hostIds.size()]);
+    if (torchEnv) {
+      auto setIfUnset = [&env](const char* name, const std::string& value) {
+        if (!std::getenv(name)) env.push_back(std::string(name) + "=" + value);
+      };
+      setIfUnset("RANK", std::to_string(rank));
+      setIfUnset("WORLD_SIZE", std::to_string(totalRanks));
+      setIfUnset("LOCAL_RANK", std::to_string(local));
+      setIfUnset("LOCAL_WORLD_SIZE", std::to_string(nranks));
+      setIfUnset("MASTER_ADDR", "127.0.0.1");
+      if (torchPort > 0) setIfUnset("MASTER_PORT", std::to_string(torchPort));
+    }
     std::vector<char*> envp;
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);

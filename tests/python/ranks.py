@@ -9,6 +9,7 @@ killed and reported: a hang is a failure, never a stuck suite.
 import faulthandler
 import multiprocessing
 import os
+import pickle
 import queue
 import signal
 import sys
@@ -32,7 +33,9 @@ def _child(rank, size, init_method, backend, body, args, results, env, timeout_s
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size,
                                 timeout=__import__("datetime").timedelta(seconds=timeout_s))
         value = body(rank, size, *args)
-        status = (rank, True, value)
+        # Plain pickle puts tensors' bytes in the message (the queue's own pickler would share
+        # them through a socket that dies with this process).
+        status = (rank, True, pickle.dumps(value))
         dist.destroy_process_group()
     except BaseException:  # noqa: B902 - report everything, including SystemExit
         status = (rank, False, traceback.format_exc())
@@ -85,6 +88,8 @@ def run(size, body, *args, backend="trnccl", env=None, deadline_s=120, timeout_s
                             f"exit code {procs[r].exitcode})")
             continue
         ok, value = outcome[r]
+        if ok:
+            value = pickle.loads(value)
         if ok or r in expect_failure_of:
             values[r] = value
         else:
