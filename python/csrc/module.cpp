@@ -46,6 +46,15 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("name"))
+      .def_static(
+          "split",
+          [](const c10::intrusive_ptr<ProcessGroupTrnccl>& parent, int color, int key,
+             std::chrono::milliseconds timeout, const std::string& name) {
+            py::gil_scoped_release release;  // collective over parent
+            return ProcessGroupTrnccl::split(*parent, color, key, timeout, name);
+          },
+          py::arg("parent"), py::arg("color"), py::arg("key"), py::arg("timeout"), py::arg("name"),
+          "trncclCommSplit of parent (collective over it); None for color -1")
       .def_property_readonly("name", &ProcessGroupTrnccl::name)
       .def_property_readonly("timeout", &ProcessGroupTrnccl::timeout)
       .def(

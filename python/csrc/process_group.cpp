@@ -13,6 +13,16 @@
 
 namespace trnccl::torch_ext {
 
+trncclConfig_t ProcessGroupTrnccl::configFor(std::chrono::milliseconds timeout,
+                                             const std::string& name) {
+  trncclConfig_t config = TRNCCL_CONFIG_INITIALIZER;
+  // An explicit TRNCCL_TIMEOUT is the operator's knob; otherwise torch's timeout applies.
+  const char* env = std::getenv("TRNCCL_TIMEOUT");
+  config.timeoutMs = env && *env ? TRNCCL_TIMEOUT_DEFAULT : static_cast<int>(timeout.count());
+  config.commName = name.c_str();  // copied by init
+  return config;
+}
+
 ProcessGroupTrnccl::ProcessGroupTrnccl(const std::string& uniqueId, int rank, int size,
                                        std::chrono::milliseconds timeout, const std::string& name)
     : c10d::ProcessGroup(rank, size), timeout_(timeout), name_(name) {
@@ -22,16 +32,36 @@ ProcessGroupTrnccl::ProcessGroupTrnccl(const std::string& uniqueId, int rank, in
                                 std::to_string(sizeof(trncclUniqueId)));
   trncclUniqueId id;
   std::memcpy(id.internal, uniqueId.data(), sizeof(id.internal));
-  trncclConfig_t config = TRNCCL_CONFIG_INITIALIZER;
-  // An explicit TRNCCL_TIMEOUT is the operator's knob; otherwise torch's timeout applies.
-  const char* env = std::getenv("TRNCCL_TIMEOUT");
-  config.timeoutMs = env && *env ? TRNCCL_TIMEOUT_DEFAULT : static_cast<int>(timeout.count());
-  config.commName = name_.c_str();
+  const trncclConfig_t config = configFor(timeout, name_);
   const trncclResult_t result = trncclCommInitRankConfig(&comm_, size, id, rank, &config);
   if (result != trncclSuccess)
     throwFailure("init of process group '" + name_ + "' (rank " + std::to_string(rank) + " of " +
                      std::to_string(size) + ")",
                  result);
+}
+
+ProcessGroupTrnccl::ProcessGroupTrnccl(trncclComm_t adopted, int rank, int size,
+                                       std::chrono::milliseconds timeout, const std::string& name)
+    : c10d::ProcessGroup(rank, size), comm_(adopted), timeout_(timeout), name_(name) {}
+
+c10::intrusive_ptr<ProcessGroupTrnccl> ProcessGroupTrnccl::split(const ProcessGroupTrnccl& parent,
+                                                                 int color, int key,
+                                                                 std::chrono::milliseconds timeout,
+                                                                 const std::string& name) {
+  const trncclConfig_t config = configFor(timeout, name);
+  trncclComm_t child = nullptr;
+  const trncclResult_t result = trncclCommSplit(parent.comm_, color, key, &child, &config);
+  if (result != trncclSuccess)
+    parent.throwFailure("split of process group '" + parent.name_ + "' into '" + name + "'",
+                        result);
+  if (!child) return {};
+  int rank = 0, size = 0;
+  if (trncclCommUserRank(child, &rank) != trncclSuccess ||
+      trncclCommCount(child, &size) != trncclSuccess) {
+    (void)trncclCommDestroy(child);
+    parent.throwFailure("split of process group '" + parent.name_ + "'", trncclInternalError);
+  }
+  return c10::make_intrusive<ProcessGroupTrnccl>(child, rank, size, timeout, name);
 }
 
 ProcessGroupTrnccl::~ProcessGroupTrnccl() {

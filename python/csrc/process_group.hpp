@@ -29,6 +29,12 @@ class ProcessGroupTrnccl : public c10d::ProcessGroup {
   // timeout bounds every wait; TRNCCL_TIMEOUT, when set, takes precedence.
   ProcessGroupTrnccl(const std::string& uniqueId, int rank, int size,
                      std::chrono::milliseconds timeout, const std::string& name);
+  // A subgroup by trncclCommSplit of parent's communicator: collective over parent (every
+  // rank calls it; color TRNCCL_SPLIT_NOCOLOR for ranks outside the subgroup, which get
+  // nullptr). key orders the subgroup's ranks.
+  static c10::intrusive_ptr<ProcessGroupTrnccl> split(const ProcessGroupTrnccl& parent, int color,
+                                                      int key, std::chrono::milliseconds timeout,
+                                                      const std::string& name);
   ~ProcessGroupTrnccl() override;
 
   const std::string getBackendName() const override { return "trnccl"; }
@@ -95,7 +101,12 @@ class ProcessGroupTrnccl : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> finished(c10d::OpType type, const char* call,
                                           std::vector<at::Tensor> outputs);
 
+  // Adopts a communicator made by trncclCommSplit (what split() returns).
+  ProcessGroupTrnccl(trncclComm_t adopted, int rank, int size, std::chrono::milliseconds timeout,
+                     const std::string& name);
+
  private:
+  static trncclConfig_t configFor(std::chrono::milliseconds timeout, const std::string& name);
   std::string describe(const char* call, uint64_t sequence) const;
   [[noreturn]] void throwFailure(const std::string& what, trncclResult_t result) const;
 

@@ -6,13 +6,16 @@ Importing this module registers the backend::
     import trnccl.torch  # noqa: F401
     dist.init_process_group("trnccl", init_method="env://")
 
-Ranks meet through the c10d store that init_process_group (or new_group) passes: rank 0 of
-the group creates a trnccl unique id and publishes it in the store, the others read it. No MPI
-is needed. Tensors must be CPU tensors.
+Ranks meet through the c10d store that init_process_group passes: rank 0 creates a trnccl
+unique id and publishes it in the store, the others read it. No MPI is needed. A subgroup
+(new_group) of a trnccl job is a trncclCommSplit of the default group. Tensors must be CPU
+tensors.
 """
 
 import datetime
-import os
+import functools
+import inspect
+import threading
 
 import torch
 import torch.distributed as dist
@@ -29,13 +32,20 @@ def _timeout_ms(timeout):
     return datetime.timedelta(milliseconds=int(timeout))
 
 
-def _create_process_group(options, pg_options=None):
-    """torch's backend creator (extended API): store rendezvous, then a trnccl communicator.
+# A subgroup split from the default trnccl group, waiting for torch to call the creator (a
+# member) -- see _split_subgroups below.
+_pending_split = threading.local()
 
-    A subgroup (dist.new_group) gets its own communicator among its members: torch 1.13 calls
-    the creator on members only, so trnccl's collective split (which needs every rank of the
-    parent) cannot be used here; the store rendezvous costs one init per subgroup instead.
-    """
+
+def _create_process_group(options, pg_options=None):
+    """torch's backend creator (extended API): the communicator split for this subgroup, or
+    a new one through the store's rendezvous (the default group, and subgroups of a job
+    whose default group is not trnccl)."""
+    split = getattr(_pending_split, "pg", None)
+    if split is not None:
+        _pending_split.pg = None
+        if split.rank() == options.group_rank and split.size() == options.group_size:
+            return split
     store = options.store
     rank = options.group_rank
     size = options.group_size
@@ -48,10 +58,54 @@ def _create_process_group(options, pg_options=None):
     return _C.ProcessGroupTrnccl(unique_id, rank, size, _timeout_ms(options.timeout), name)
 
 
+def _default_trnccl_group():
+    if not dist.is_initialized():
+        return None
+    pg = dist.distributed_c10d._get_default_group()
+    return pg if isinstance(pg, _C.ProcessGroupTrnccl) else None
+
+
+def _split_subgroups(helper):
+    """Wraps torch's _new_process_group_helper so that a trnccl subgroup of a trnccl job is a
+    trncclCommSplit of the default group. torch calls the helper on every rank (new_group
+    requires all ranks to enter it) but the backend's creator on members only, and a split
+    needs every rank of the parent: so the split happens here, on every rank, and the creator
+    picks up the member's result."""
+    signature = inspect.signature(helper)
+
+    @functools.wraps(helper)
+    def wrapped(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return helper(*args, **kwargs)
+        ranks = bound.arguments.get("global_ranks_in_group") or []
+        backend = str(bound.arguments.get("backend", "")).lower()
+        world = _default_trnccl_group()
+        if ranks and backend == BACKEND_NAME and world is not None:
+            me = world.rank()
+            member = me in ranks
+            timeout = bound.arguments.get("timeout", datetime.timedelta(minutes=30))
+            name = "torch:split" + "-".join(str(r) for r in ranks[:8])
+            _pending_split.pg = _C.ProcessGroupTrnccl.split(
+                world, 0 if member else -1, sorted(ranks).index(me) if member else 0,
+                _timeout_ms(timeout), name)
+        try:
+            return helper(*args, **kwargs)
+        finally:
+            _pending_split.pg = None
+
+    wrapped._trnccl_split = True
+    return wrapped
+
+
 def _register():
-    if BACKEND_NAME.upper() in dist.Backend._plugins:
-        return
-    dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True)
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True)
+    c10d = dist.distributed_c10d
+    helper = getattr(c10d, "_new_process_group_helper", None)
+    if helper is not None and not getattr(helper, "_trnccl_split", False):
+        c10d._new_process_group_helper = _split_subgroups(helper)
 
 
 _register()

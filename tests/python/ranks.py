@@ -12,6 +12,7 @@ import os
 import pickle
 import queue
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -46,9 +47,17 @@ def _child(rank, size, init_method, backend, body, args, results, env, timeout_s
     os._exit(0)
 
 
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run(size, body, *args, backend="trnccl", env=None, deadline_s=120, timeout_s=60,
-        expect_failure_of=()):
+        expect_failure_of=(), init="file"):
     """Runs body on `size` ranks; returns {rank: value}.
+
+    init: "file" (a FileStore in a fresh directory) or "tcp" (a TCPStore on 127.0.0.1).
 
     expect_failure_of: ranks whose failure is expected (their traceback is returned as the
     value instead of raising).
@@ -56,7 +65,8 @@ def run(size, body, *args, backend="trnccl", env=None, deadline_s=120, timeout_s
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="trnccl-pytest-") as directory:
-        init_method = "file://" + os.path.join(directory, "store")
+        init_method = ("file://" + os.path.join(directory, "store") if init == "file"
+                       else f"tcp://127.0.0.1:{_free_port()}")
         procs = [ctx.Process(target=_child,
                              args=(r, size, init_method, backend, body, args, results, env,
                                    timeout_s, deadline_s))

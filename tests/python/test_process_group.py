@@ -130,6 +130,10 @@ def _stalled_peer_body(rank, size):
 def _subgroup_body(rank, size):
     evens = dist.new_group([0, 2])
     tail = dist.new_group([1, 2])
+    # subgroups of a trnccl job are splits of the default group's communicator
+    for group, members in ((evens, (0, 2)), (tail, (1, 2))):
+        if rank in members:
+            assert group.name.startswith("torch:split"), group.name
     t = torch.full((5,), float(rank + 1))
     if rank in (0, 2):
         dist.all_reduce(t, group=evens)
@@ -206,6 +210,10 @@ class Behaviour(unittest.TestCase):
 
     def test_subgroups(self):
         run(3, _subgroup_body)
+
+    def test_tcp_store_rendezvous(self):
+        # init_method tcp:// (a TCPStore) instead of the file store the other tests use
+        run(3, _subgroup_body, init="tcp")
 
     def test_bad_input_is_refused_with_a_sentence(self):
         messages = run(2, _bad_input_body)[0]
