@@ -253,6 +253,15 @@ typedef struct {
 trncclResult_t trncclCommGetPeerTraffic(trncclComm_t comm, trncclPeerTraffic_t* entries,
                                         int capacity, int* count);
 
+/* Hang diagnosis (trnccl extension): writes this rank's flight recorder -- the communicator's
+ * last TRNCCL_FLIGHT_RECORDER_ENTRIES calls, each with its algorithm, state (queued, running
+ * step k of n, done, failed), the peer it waits for and its times -- to
+ * DIR/trnccl-fr-<communicator key>-rank<R>.txt (dir NULL: TRNCCL_FLIGHT_RECORDER_DIR).
+ * With TRNCCL_FLIGHT_RECORDER_DIR set the library also writes it when the communicator fails
+ * and on SIGUSR2; `trnccl-inspect DIR` merges all ranks' files into a verdict (the rank that
+ * is behind, mismatched calls, the rank everyone waits for). docs/RELIABILITY.md. */
+trncclResult_t trncclCommDumpFlightRecorder(trncclComm_t comm, const char* dir);
+
 /* ---- MoE token dispatch and combine (TokenSwitch engine; trnccl extension) ----
  *
  * An expert-parallel (EP) group spreads num_experts experts over the communicator's ranks:

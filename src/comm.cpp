@@ -4,11 +4,16 @@
 // comm_topology.cpp, buffer registration in comm_registration.cpp.
 #include "comm.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <thread>
 
+#include "collectives/registry.hpp"
 #include "core/dtype.hpp"
 #include "core/log.hpp"
+#include "flight_signal.hpp"
 #include "transports/shm/shared_alloc.hpp"
 
 namespace trnccl {
@@ -102,14 +107,20 @@ Result<std::shared_ptr<Communicator>> Communicator::create(int nranks, const trn
   return comm;
 }
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  unregisterFromSignalDumps(this);
+}
 
 Result<std::shared_ptr<Operation>> Communicator::enqueue(const std::vector<CollArgs>& calls) {
   const CollArgs& first = calls.front();
   auto algo = planner_->choose(first.kind, first.count * dtypeSize(first.dtype));
   TRNCCL_RETURN_IF_ERROR(algo.status());
   auto op = std::make_shared<CallOperation>(calls, planner_.get(), algo.value());
-  TRNCCL_RETURN_IF_ERROR(push(op));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TRNCCL_RETURN_IF_ERROR(pushLocked(op));
+    op->flightSeq = flight_.record(calls.data(), calls.size(), algorithmName(algo.value()));
+  }
   return std::shared_ptr<Operation>(std::move(op));
 }
 
@@ -126,6 +137,7 @@ Status Communicator::run(const CollArgs* calls, size_t ncalls) {
     // communicator often completes here, without a second round trip through the mutex.
     std::lock_guard<std::mutex> lock(mutex_);
     TRNCCL_RETURN_IF_ERROR(pushLocked(handle));
+    op.flightSeq = flight_.record(calls, ncalls, algorithmName(algo.value()));
     if (queue_.size() == 1) progressLocked();
     if (op.finished.load(std::memory_order_acquire)) return std::move(op.result);
   }
@@ -135,7 +147,11 @@ Status Communicator::run(const CollArgs* calls, size_t ncalls) {
 Result<std::shared_ptr<Operation>> Communicator::enqueuePlan(CollKind kind, std::string description,
                                                              PlanFn plan) {
   auto op = std::make_shared<PlanOperation>(kind, std::move(description), std::move(plan));
-  TRNCCL_RETURN_IF_ERROR(push(op));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TRNCCL_RETURN_IF_ERROR(pushLocked(op));
+    if (flight_.enabled()) op->flightSeq = flight_.recordPlanned(kind, op->description());
+  }
   return std::shared_ptr<Operation>(std::move(op));
 }
 
@@ -170,6 +186,10 @@ std::string Communicator::describePeer(int rank) const {
 
 Status Communicator::healthLocked(Operation& op) {
   if (efa_) efa_->progressIdle();  // the head operation may be waiting on shm only
+  if (FlightEntry* e = flight_.find(op.flightSeq)) {
+    e->waitingFor = op.blockedOnPeer();
+    e->blockedOn = op.blockedOn();
+  }
   if (abortRequested_.load(std::memory_order_acquire))
     return makeError(Code::kAborted,
                      "trncclCommAbort was called on this communicator while "
@@ -225,6 +245,9 @@ Status Communicator::healthLocked(Operation& op) {
 }
 
 void Communicator::failLocked(const Status& status) {
+  const bool first = failure_.isOk();
+  if (first) noteRunningLocked();
+  for (auto& op : queue_) flight_.ended(op->flightSeq, false);
   if (failure_.isOk()) {
     failure_ = status;
     if (efa_) efa_->shutdown();  // nothing posted may land in user buffers after this
@@ -237,18 +260,72 @@ void Communicator::failLocked(const Status& status) {
     // Logged as a warning when a caller receives it (api/errors.cpp); INFO here has the time.
     TRNCCL_INFO(log::kColl, "communicator failed: %s", status.message().c_str());
     setLastError(status.message());
+    // A timeout, a peer's failure, a mismatch or an abort: what an operator reads first.
+    if (!flightDir_.empty()) {
+      Status dumped = dumpFlightLocked(flightDir_, status.message());
+      if (!dumped.isOk()) TRNCCL_WARN(log::kColl, "%s", dumped.message().c_str());
+    }
   }
-  bool first = true;
+  bool head = true;
   for (auto& op : queue_) {
-    op->result = first ? status
-                       : Status(status.code(),
-                                "rank " + std::to_string(rank_) + " " + op->description() +
-                                    ": not run, an earlier operation failed: " + status.message());
+    op->result = head ? status
+                      : Status(status.code(),
+                               "rank " + std::to_string(rank_) + " " + op->description() +
+                                   ": not run, an earlier operation failed: " + status.message());
     op->pins.clear();
     op->finished.store(true, std::memory_order_release);
-    first = false;
+    head = false;
   }
   queue_.clear();
+}
+
+void Communicator::noteRunningLocked() {
+  if (queue_.empty()) return;
+  const Operation& op = *queue_.front();
+  if (FlightEntry* e = flight_.find(op.flightSeq)) {
+    e->stepsDone = op.stepsDone();
+    e->stepsTotal = op.stepsTotal();
+    e->waitingFor = op.blockedOnPeer();
+    e->blockedOn = op.blockedOn();
+  }
+}
+
+Status Communicator::dumpFlightLocked(const std::string& dir, const std::string& reason) {
+  noteRunningLocked();
+  FlightRecorder::Header h;
+  h.rank = rank_;
+  h.nranks = nranks_;
+  h.comm = options_.name;
+  h.commKey = commKey_;
+  h.host = rank_ < static_cast<int>(peers_.size()) ? peers_[rank_].hostName : "";
+  h.pid = static_cast<int>(getpid());
+  h.reason = reason;
+  h.lastError = failure_.isOk() ? "" : failure_.message();
+  return flight_.dumpTo(dir, h);
+}
+
+Status Communicator::dumpFlightRecorder(const std::string& dir, const std::string& reason) {
+  const std::string where = dir.empty() ? flightDir_ : dir;
+  if (where.empty())
+    return makeError(Code::kInvalidUsage,
+                     "rank %d: no directory for the flight recorder (pass one, or set "
+                     "TRNCCL_FLIGHT_RECORDER_DIR)",
+                     rank_);
+  if (!flight_.enabled())
+    return makeError(Code::kInvalidUsage,
+                     "rank %d: the flight recorder is off (TRNCCL_FLIGHT_RECORDER_ENTRIES=0)",
+                     rank_);
+  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+  const int64_t until = nowNs() + 1'000'000'000;
+  while (!lock.try_lock()) {
+    if (nowNs() > until)
+      return makeError(Code::kInternalError,
+                       "rank %d: the flight recorder was not dumped: a thread held the "
+                       "communicator for over a second",
+                       rank_);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return dumpFlightLocked(where, reason);
 }
 
 void Communicator::progressLocked() {
@@ -258,9 +335,11 @@ void Communicator::progressLocked() {
     if (!failure_.isOk()) {
       status = failure_;
     } else {
+      if (!op->started()) flight_.started(op->flightSeq);
       auto done = op->progress(ctx_);
       status = done.status();
       if (status.isOk() && done.value()) {
+        flight_.ended(op->flightSeq, true);
         op->result = Status::ok();
         op->pins.clear();
         op->finished.store(true, std::memory_order_release);

@@ -16,6 +16,7 @@
 #include "collectives/shapes.hpp"
 #include "core/liveness.hpp"
 #include "engine/operation.hpp"
+#include "flight_recorder.hpp"
 #include "topology/topology.hpp"
 #include "transports/efa/efa_transport.hpp"
 #include "transports/neuronlink/neuronlink_transport.hpp"
@@ -85,6 +86,11 @@ class Communicator {
   // At destroy: the traffic table at INFO, and into TRNCCL_TRAFFIC_DIR when set.
   void reportTraffic();
 
+  // Writes the flight recorder (src/flight_recorder.hpp) into dir (empty:
+  // TRNCCL_FLIGHT_RECORDER_DIR). Waits at most a second for the communicator's lock: a dump
+  // asked for by a signal must not hang on a thread stuck inside it.
+  Status dumpFlightRecorder(const std::string& dir, const std::string& reason);
+
   // Any thread: fail every pending operation and tell local peers.
   void requestAbort();
   Status asyncError();
@@ -116,6 +122,7 @@ class Communicator {
   Status attachSegment(const trncclUniqueId& id, const Settings& settings,
                        const Deadline& deadline);
   Status setupCma(const Deadline& deadline);
+  Status setupFlightRecorder(const trncclUniqueId& id);
   Status localPeersAlive(const char* when) const;  // during init's waits for local ranks
   Status chooseTransports(const topology::TransportSet& allowed);  // comm_topology.cpp
   void buildPlanner(const Settings& settings);
@@ -131,6 +138,9 @@ class Communicator {
   bool testWithHealthCheck(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint);
   bool sleepOnce(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint, int64_t napNs);
   void failLocked(const Status& status);
+  // The flight recorder's view of the running call, then its file (when a directory is set).
+  void noteRunningLocked();
+  Status dumpFlightLocked(const std::string& dir, const std::string& reason);
   std::string describePeer(int rank) const;
   std::string abortSentence() const;  // what peers read after trncclCommAbort
 
@@ -178,6 +188,10 @@ class Communicator {
 
   std::mutex errorMutex_;
   std::string lastError_;
+
+  FlightRecorder flight_;  // under mutex_
+  std::string flightDir_;  // TRNCCL_FLIGHT_RECORDER_DIR: where failures dump it
+  std::string commKey_;    // the same on every rank of this communicator (from its id)
 };
 
 }  // namespace trnccl

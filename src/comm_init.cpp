@@ -14,6 +14,7 @@
 #include "core/env.hpp"
 #include "core/log.hpp"
 #include "core/reduce.hpp"
+#include "flight_signal.hpp"
 #include "transports/shm/cma.hpp"
 
 namespace trnccl {
@@ -102,6 +103,24 @@ Status Communicator::readSettings(const CommOptions& options, Settings* s) {
   return Status::ok();
 }
 
+Status Communicator::setupFlightRecorder(const trncclUniqueId& id) {
+  auto entries = env::getInt(env::kFlightRecorderEntries);
+  TRNCCL_RETURN_IF_ERROR(entries.status());
+  if (entries.value() < 0 || entries.value() > (1 << 20))
+    return makeError(Code::kInvalidArgument,
+                     "TRNCCL_FLIGHT_RECORDER_ENTRIES=%lld: give 0 (off) to 1048576 calls",
+                     static_cast<long long>(entries.value()));
+  flight_.configure(static_cast<size_t>(entries.value()));
+  // Every rank derives the same key from the communicator's unique id, so that
+  // trnccl-inspect can tell the communicators of one job apart.
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : id.internal) hash = (hash ^ c) * 1099511628211ull;
+  commKey_ = strformat("%016llx", static_cast<unsigned long long>(hash));
+  flightDir_ = env::getString(env::kFlightRecorderDir);
+  if (!flightDir_.empty() && flight_.enabled()) registerForSignalDumps(this, flightDir_);
+  return Status::ok();
+}
+
 Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
                           const CommOptions& options) {
   rank_ = rank;
@@ -127,6 +146,7 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   buildPlanner(settings);
   adaptToCores();
   logInit();
+  TRNCCL_RETURN_IF_ERROR(setupFlightRecorder(id));
   if (topology_.localRank(rank) == 0) {
     // A dump that cannot be written must not fail init on one rank only: the others would wait.
     Status dumped = dumpTopology();

@@ -493,10 +493,12 @@ def build(results, out_path, plots_dir, warn):
         md += ["## MoE dispatch + combine (TokenSwitch engine, bench/moe/moe_dispatch_perf)", ""]
         md += [read(moe).rstrip(), ""]
 
-    # scripts/bench_cma.sh, bench_wait.sh and bench_torch.sh write their own summaries.
+    # scripts/bench_cma.sh, bench_wait.sh, bench_torch.sh and bench_flight.sh write their own
+    # summaries.
     for sub, title in (("cma", "Single copy (CMA) beside the windows and Open MPI, 2 ranks"),
                        ("wait", "Waiting: a rank blocked on a late peer (bench/perf/wait_perf)"),
-                       ("torch", "torch.distributed: the trnccl backend beside gloo, 2 ranks")):
+                       ("torch", "torch.distributed: the trnccl backend beside gloo, 2 ranks"),
+                       ("flight", "The flight recorder's cost: all-reduce with it on and off")):
         summary = os.path.join(results, sub, "summary.md")
         if os.path.isfile(summary):
             md += ["## " + title, ""]

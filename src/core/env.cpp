@@ -143,6 +143,16 @@ const Var kTrafficDir{"TRNCCL_TRAFFIC_DIR", Kind::kString, "",
                       "(messages, bytes, over which transport and chips) into a file in this "
                       "directory; `trnccl-topo --stats DIR` sums them per link. Also logged at "
                       "destroy with TRNCCL_DEBUG=INFO (subsystem TOPO)."};
+const Var kFlightRecorderEntries{
+    "TRNCCL_FLIGHT_RECORDER_ENTRIES", Kind::kInt, "256",
+    "Calls each communicator's flight recorder keeps (the last N: call, algorithm, state, step, "
+    "the peer it waits for, times). 0 = off."};
+const Var kFlightRecorderDir{
+    "TRNCCL_FLIGHT_RECORDER_DIR", Kind::kString, "",
+    "When set, every rank writes its flight recorder into this directory when a communicator "
+    "fails (timeout, a peer's failure, a mismatch, abort) and on SIGUSR2; "
+    "`trnccl-inspect DIR` merges the files into a verdict. trncclCommDumpFlightRecorder "
+    "writes it on demand."};
 const Var kPipelineChunks{"TRNCCL_PIPELINE_CHUNKS", Kind::kInt, "0",
                           "Slices a hierarchical or torus all-reduce is cut into, so that one "
                           "slice's exchange between nodes overlaps the next slice's phase "
@@ -193,6 +203,8 @@ const std::vector<const Var*>& all() {
                                                &kNeuronSysfs,
                                                &kNeuronDevices,
                                                &kTrafficDir,
+                                               &kFlightRecorderEntries,
+                                               &kFlightRecorderDir,
                                                &kPipelineChunks,
                                                &kTuningFile,
                                                &kTestQuick,

@@ -57,6 +57,9 @@ extern const Var kTopoPreset;
 extern const Var kNeuronSysfs;
 extern const Var kNeuronDevices;
 extern const Var kTrafficDir;
+// Hang diagnosis (docs/RELIABILITY.md).
+extern const Var kFlightRecorderEntries;
+extern const Var kFlightRecorderDir;
 extern const Var kPipelineChunks;
 // The planner's cost model (docs/PLANNER.md).
 extern const Var kTuningFile;

@@ -9,6 +9,10 @@
 
 namespace trnccl {
 
+uint32_t Operation::stepsTotal() const {
+  return schedule_ ? static_cast<uint32_t>(schedule_->steps.size()) : 0;
+}
+
 Result<bool> Operation::progress(ExecContext& ctx) {
   if (!started_) {
     started_ = true;

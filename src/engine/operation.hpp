@@ -82,6 +82,9 @@ class Operation {
   };
   SpinHint spinHint() const { return spinHint_; }
   bool started() const { return started_; }
+  // Where the running schedule stands (for the flight recorder): step groups finish in order.
+  uint32_t stepsDone() const { return static_cast<uint32_t>(cursor_); }
+  uint32_t stepsTotal() const;
   // When the operation was first seen blocked (0 = not yet); timeouts count from here, which
   // keeps clock reads off the path of calls that never wait.
   int64_t blockedSinceNs(int64_t now) {
@@ -99,6 +102,8 @@ class Operation {
   Status result;
   // trncclMemAlloc allocations the call uses, held until it finishes or fails.
   std::vector<std::shared_ptr<void>> pins;
+  // The call's number in its communicator's flight recorder (0 = not recorded).
+  uint64_t flightSeq = 0;
 
  private:
   virtual Status plan(ScheduleBuilder& builder) = 0;
