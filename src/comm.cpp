@@ -287,6 +287,9 @@ void Communicator::noteRunningLocked() {
     e->stepsTotal = op.stepsTotal();
     e->waitingFor = op.blockedOnPeer();
     e->blockedOn = op.blockedOn();
+    // When it first waited, on the precise clock, moved onto the recorder's coarse one.
+    if (const int64_t since = op.blockedSinceNs(); since > 0)
+      e->startedNs = FlightRecorder::coarseNowNs() - (nowNs() - since);
   }
 }
 

@@ -120,10 +120,9 @@ FlightEntry* FlightRecorder::find(uint64_t seq) {
 }
 
 void FlightRecorder::started(uint64_t seq) {
-  if (FlightEntry* e = find(seq)) {
-    e->state = FlightEntry::State::kStarted;
-    e->startedNs = coarseNowNs();
-  }
+  // No clock read here: when the call started matters only if it then waited, and the
+  // progress engine times that itself (filled in by the dump: noteRunningLocked).
+  if (FlightEntry* e = find(seq)) e->state = FlightEntry::State::kStarted;
 }
 
 void FlightRecorder::ended(uint64_t seq, bool ok) {

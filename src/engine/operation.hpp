@@ -87,6 +87,7 @@ class Operation {
   uint32_t stepsTotal() const;
   // When the operation was first seen blocked (0 = not yet); timeouts count from here, which
   // keeps clock reads off the path of calls that never wait.
+  int64_t blockedSinceNs() const { return startNs_; }  // 0 = never blocked
   int64_t blockedSinceNs(int64_t now) {
     if (startNs_ == 0) startNs_ = now;
     return startNs_;
