@@ -78,13 +78,14 @@ fi
 echo "== build (thread sanitizer: the progress engine under concurrent callers)"
 if { [ -f build-tsan/build.ninja ] || meson setup build-tsan -Dbuildtype=debugoptimized \
        -Db_sanitize=thread -Db_lundef=false -Dtorch=disabled >/dev/null; } &&
-   ninja -C build-tsan tests/api_test tests/errors_test tests/wait_policy_test; then
-  echo "== threads, requests, abort, fault and wait-policy tests under ThreadSanitizer"
+   ninja -C build-tsan tests/api_test tests/errors_test tests/wait_policy_test \
+     tests/flight_recorder_test; then
+  echo "== threads, requests, abort, fault, wait-policy and flight-recorder tests under ThreadSanitizer"
   # die_after_fork=0: the test fixture forks rank processes while earlier jobs' rendezvous
   # threads may still be winding down in the parent; the children never use those threads.
   TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
     meson test -C build-tsan --no-rebuild --print-errorlogs --num-processes 1 api errors \
-      wait_policy
+      wait_policy flight_recorder
   rc=$?
   [ "$rc" -eq 0 ] || status=1
   count_results build-tsan "$rc"
