@@ -103,7 +103,15 @@ class PlanOperation final : public Operation {
 Result<std::shared_ptr<Communicator>> Communicator::create(int nranks, const trncclUniqueId& id,
                                                            int rank, const CommOptions& options) {
   std::shared_ptr<Communicator> comm(new Communicator());
-  TRNCCL_RETURN_IF_ERROR(comm->init(nranks, id, rank, options));
+  Status status = comm->init(nranks, id, rank, options);
+  if (!status.isOk()) {
+    // Tell the node's other ranks why this one gives up before it goes (they would otherwise
+    // see it exit and blame it for what another rank did); the first such report stands.
+    if (comm->segment_.header() && !comm->segment_.aborted())
+      comm->segment_.raiseAbort(status.code(), rank,
+                                strformat("rank %d: %s", rank, status.message().c_str()));
+    return status;
+  }
   return comm;
 }
 

@@ -355,15 +355,22 @@ Status Communicator::attachSegment(const trncclUniqueId& id, const Settings& s,
       watch_.watch(r, peers_[r].pid);
   return segment_.attach(
       env::getString(env::kShmDir), segmentName, topology_.localRank(rank_), params, deadline,
-      [this] { return localPeersAlive("before mapping the shared-memory segment"); });
+      [this] { return localPeersAlive("before mapping the shared-memory segment"); }, rank_);
 }
 
 // An error naming the first rank of this node that has exited, while init waits for them.
 Status Communicator::localPeersAlive(const char* when) const {
-  for (int r : topology_.ranksOfNode(topology_.nodeOf(rank_)))
-    if (r != rank_ && watch_.isDead(r))
-      return makeError(Code::kRemoteError, "%s exited during initialisation, %s",
-                       describePeer(r).c_str(), when);
+  for (int r : topology_.ranksOfNode(topology_.nodeOf(rank_))) {
+    if (r == rank_ || !watch_.isDead(r)) continue;
+    // A rank that gave up because another died said so in the segment before it left (the
+    // report is written before its exit, so it is visible once the exit is): name the rank
+    // it names, not the one that only followed.
+    if (segment_.header() && segment_.aborted() && segment_.abortRank() != rank_)
+      return makeError(Code::kRemoteError, "initialisation failed on another rank of this node: %s",
+                       segment_.abortReason().c_str());
+    return makeError(Code::kRemoteError, "%s exited during initialisation, %s",
+                     describePeer(r).c_str(), when);
+  }
   return Status::ok();
 }
 

@@ -497,5 +497,54 @@ TEST(Faults, NoSegmentLeftAfterManyJobs) {
   EXPECT_EQ(shmSegments(), before);
 }
 
+// Rank 2 of 3 is killed at a different moment of init each round: both survivors must name
+// rank 2, never each other (a survivor that gives up because rank 2 died and exits is not
+// the culprit the other one should report).
+TEST(Faults, InitBlamesTheRankThatDied) {
+  int rounds = 15;
+  std::string problems;
+  for (int round = 0; round < rounds; ++round) {
+    auto outcomes = runRanks(
+        3,
+        [&](int rank, int n, const trncclUniqueId& id) {
+          setenv("TRNCCL_TIMEOUT", "4", 1);  // a rank killed before the rendezvous: found missing
+          if (rank == 2) {
+            const int delayUs = 150 * round;  // 0 to 2.1 ms into init (which takes 1-3 ms)
+            std::thread([delayUs] {
+              std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
+              kill(getpid(), SIGKILL);
+            }).detach();
+          }
+          trncclComm_t comm = nullptr;
+          trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+          if (rank == 2) {
+            std::this_thread::sleep_for(std::chrono::seconds(5));  // killed before this ends
+            return std::string("rank 2 was not killed");
+          }
+          if (rc == trncclSuccess) {
+            // Rank 2 died after init: the first call must name it.
+            int x = 1;
+            rc = trncclAllReduce(&x, &x, 1, trncclInt32, trncclSum, comm);
+          }
+          std::string text = trncclGetLastError(rc == trncclSuccess ? nullptr : comm);
+          if (text.empty()) text = trncclGetLastError(nullptr);
+          Failures f;
+          const std::string other = "rank " + std::to_string(1 - rank) + " (pid";
+          if (rc == trncclSuccess)
+            f.add("rank %d: no error although rank 2 was killed", rank);
+          else if ((!contains(text, "rank 2 (pid") && !contains(text, "missing ranks [2]")) ||
+                   contains(text, other))
+            f.add("rank %d: '%s' does not name rank 2 alone", rank, text.c_str());
+          if (comm) trncclCommAbort(comm);
+          return f.text();
+        },
+        60);
+    for (const auto& o : outcomes)
+      if (o.rank < 2 && !o.failures.empty())
+        problems += "round " + std::to_string(round) + ": " + o.failures + "\n";
+  }
+  EXPECT_EQ(problems, "");
+}
+
 }  // namespace
 }  // namespace trnccl::testing

@@ -35,7 +35,7 @@ Segment::~Segment() {
 
 Status Segment::attach(const std::string& dir, const std::string& name, int localRank,
                        const SegmentParams& wanted, const Deadline& deadline,
-                       const std::function<Status()>& peersAlive) {
+                       const std::function<Status()>& peersAlive, int globalRank) {
   path_ = dir + "/" + name;
   int fd = -1;
   if (localRank == 0) {
@@ -142,6 +142,14 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
       // the liveness check: then everyone mapped the segment and init succeeded (a peer gone
       // since is the collectives' to report, as for any rank that exits after init).
       if (header_->attached.load(std::memory_order_acquire) >= header_->params.localSize) break;
+      // Local ranks that map the segment after this one gives up read why in its abort word,
+      // not only that it left (they would blame its exit for another rank's death). Those
+      // still looking for the segment get a moment to map it before its name goes.
+      if (!aborted())
+        raiseAbort(problem.code(), globalRank,
+                   globalRank >= 0 ? strformat("rank %d: %s", globalRank, problem.message().c_str())
+                                   : problem.message());
+      lingerForLateAttachers();
       ::unlink(path_.c_str());
       return problem;
     }
@@ -151,6 +159,25 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
     return makeError(Code::kInvalidUsage, "initialisation failed on another local rank: %s",
                      abortReason().c_str());
   return Status::ok();
+}
+
+void Segment::lingerForLateAttachers() const {
+  // Until no rank has attached for 50 ms, at most 300 ms: a failure path only.
+  const auto start = std::chrono::steady_clock::now();
+  auto quietSince = start;
+  uint32_t seen = header_->attached.load(std::memory_order_acquire);
+  while (seen < header_->params.localSize) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - quietSince > std::chrono::milliseconds(50) ||
+        now - start > std::chrono::milliseconds(300))
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const uint32_t count = header_->attached.load(std::memory_order_acquire);
+    if (count != seen) {
+      seen = count;
+      quietSince = std::chrono::steady_clock::now();
+    }
+  }
 }
 
 uint64_t* Segment::sendBytesTable(int localRank, uint64_t seq) const {

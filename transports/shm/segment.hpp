@@ -141,9 +141,10 @@ class Segment {
   // Local rank 0 creates, the others open; returns once every local rank has mapped it (and
   // the file is unlinked). peersAlive is polled while waiting; when it (or the deadline)
   // fails, the file is unlinked before the error is returned, so nothing is left behind.
+  // globalRank (for the abort word) names this rank when it gives up after mapping.
   Status attach(const std::string& dir, const std::string& name, int localRank,
                 const SegmentParams& wanted, const Deadline& deadline,
-                const std::function<Status()>& peersAlive);
+                const std::function<Status()>& peersAlive, int globalRank = -1);
 
   const SegmentParams& params() const { return header_->params; }
   SegmentHeader* header() const { return header_; }
@@ -195,6 +196,8 @@ class Segment {
 
   // First error wins; later calls keep the first reason.
   void raiseAbort(Code code, int rank, const std::string& reason);
+  // On init's failure path, before the segment's name is unlinked (segment.cpp).
+  void lingerForLateAttachers() const;
   bool aborted() const { return header_->abortCode.load(std::memory_order_acquire) > 0; }
   std::string abortReason() const;
   int abortRank() const { return header_->abortRank; }
