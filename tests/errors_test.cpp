@@ -546,5 +546,66 @@ TEST(Faults, InitBlamesTheRankThatDied) {
   EXPECT_EQ(problems, "");
 }
 
+// The bootstrap root lives in the process that made the unique id -- here rank 0's. When that
+// process dies during init, the others must say that rank (or that process) is gone, not only
+// "connection reset by peer".
+TEST(Faults, InitNamesTheDeadRootProcess) {
+  char scratch[] = "/tmp/trnccl-rootid-XXXXXX";
+  ASSERT_NE(mkdtemp(scratch), nullptr);
+  const std::string idFile = std::string(scratch) + "/id";
+  std::string problems;
+  for (int round = 0; round < 6; ++round) {
+    unlink(idFile.c_str());
+    auto outcomes = runRanks(
+        3,
+        [&](int rank, int n, const trncclUniqueId&) {
+          setenv("TRNCCL_TIMEOUT", "10", 1);
+          trncclUniqueId id;
+          if (rank == 0) {
+            if (trncclGetUniqueId(&id) != trncclSuccess) return std::string("no unique id");
+            const std::string partial = idFile + ".partial";
+            FILE* f = std::fopen(partial.c_str(), "w");
+            std::fwrite(&id, sizeof(id), 1, f);
+            std::fclose(f);
+            std::rename(partial.c_str(), idFile.c_str());
+            const int delayUs = 400 * round;  // while the others meet at the root
+            std::this_thread::sleep_for(std::chrono::microseconds(delayUs));
+            kill(getpid(), SIGKILL);
+          }
+          for (int tries = 0; tries < 5000; ++tries) {
+            FILE* f = std::fopen(idFile.c_str(), "r");
+            if (f) {
+              size_t got = std::fread(&id, sizeof(id), 1, f);
+              std::fclose(f);
+              if (got == 1) break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          trncclComm_t comm = nullptr;
+          trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+          std::string text = trncclGetLastError(nullptr);
+          Failures f;
+          if (rc == trncclSuccess) {
+            int x = 1;
+            rc = trncclAllReduce(&x, &x, 1, trncclInt32, trncclSum, comm);
+            text = trncclGetLastError(comm);
+          }
+          if (rc == trncclSuccess)
+            f.add("rank %d: no error although rank 0 was killed", rank);
+          else if (!contains(text, "rank 0 (pid") && !contains(text, "made the unique id (pid"))
+            f.add("rank %d: '%s' does not say rank 0's process is gone", rank, text.c_str());
+          if (comm) trncclCommAbort(comm);
+          return f.text();
+        },
+        60);
+    for (const auto& o : outcomes)
+      if (o.rank > 0 && !o.failures.empty())
+        problems += "round " + std::to_string(round) + ": " + o.failures + "\n";
+  }
+  unlink(idFile.c_str());
+  rmdir(scratch);
+  EXPECT_EQ(problems, "");
+}
+
 }  // namespace
 }  // namespace trnccl::testing

@@ -34,6 +34,11 @@ struct UniqueIdData {
   uint16_t port;
   uint16_t reserved;
   uint64_t nonce;  // names this job: shm segments, and rejects connections from other jobs
+  // The process that made the id holds the rendezvous root: when the root stops answering,
+  // ranks on its machine check whether that process is gone, and say which rank it was.
+  int32_t rootPid;
+  uint32_t reserved2;
+  uint64_t rootMachineHash;
 };
 static_assert(sizeof(UniqueIdData) <= TRNCCL_UNIQUE_ID_BYTES);
 

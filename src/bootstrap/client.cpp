@@ -1,10 +1,19 @@
 // The rank side of the rendezvous, and the unique id's text form.
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "bootstrap/bootstrap.hpp"
 #include "bootstrap/socket.hpp"
 #include "bootstrap/wire.hpp"
 #include "core/clock.hpp"
+#include "core/strformat.hpp"
+#include "core/text_file.hpp"
+#include "topology/host.hpp"
 
 namespace trnccl::bootstrap {
 
@@ -22,7 +31,59 @@ Result<UniqueIdData> parseUniqueId(const trncclUniqueId& id) {
 struct Session::Impl {
   Socket socket;
   std::string root;
+  UniqueIdData id{};
+  std::vector<PeerInfo> table;
 };
+
+namespace {
+
+// True when pid is known to have exited (gone, or a zombie nobody reaped yet).
+bool processGone(int pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  auto stat = readTextFile(strformat("/proc/%d/stat", pid));
+  if (!stat.isOk()) return true;
+  const size_t close = stat.value().rfind(')');
+  return close != std::string::npos && close + 2 < stat.value().size() &&
+         (stat.value()[close + 2] == 'Z' || stat.value()[close + 2] == 'X');
+}
+
+// When the root stopped answering because the process holding it is gone (and it ran on
+// this machine, where that can be checked), the sentence that says so -- naming its rank
+// when the table is known -- else "".
+std::string rootGone(const UniqueIdData& id, const std::vector<PeerInfo>& table,
+                     bool waitForExit = true) {
+  if (id.rootPid <= 0 || id.rootMachineHash != topology::localHostIdentity().machineHash) return "";
+  // A killed process closes its sockets before it is marked as exited: give it a moment.
+  bool gone = processGone(id.rootPid);
+  for (int wait = 0; waitForExit && wait < 100 && !gone; ++wait) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    gone = processGone(id.rootPid);
+  }
+  if (!gone) return "";
+  for (size_t r = 0; r < table.size(); ++r)
+    if (table[r].pid == id.rootPid && table[r].machineHash == id.rootMachineHash)
+      return strformat(
+          "rank %zu (pid %d), whose process held the rendezvous root, is gone (it "
+          "exited or was killed; look at its output for why)",
+          r, id.rootPid);
+  return strformat(
+      "the process that made the unique id (pid %d), which held the rendezvous "
+      "root, is gone (it exited or was killed)",
+      id.rootPid);
+}
+
+// A failure talking to the root, explained by the root's process being gone when it is.
+Status explainRootFailure(Status status, const UniqueIdData& id,
+                          const std::vector<PeerInfo>& table) {
+  if (status.isOk() || status.code() == Code::kTimeout || status.code() == Code::kInvalidUsage)
+    return status;
+  std::string gone = rootGone(id, table);
+  if (gone.empty()) return status;
+  return Status(Code::kRemoteError, gone + ": " + status.message());
+}
+
+}  // namespace
 
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
@@ -52,8 +113,12 @@ Result<Reply> receiveReply(Socket& socket, const Deadline& deadline, const std::
   TRNCCL_RETURN_IF_ERROR(socket.recvAll(out.payload.data(), out.payload.size(), deadline));
   if (reply.type == static_cast<uint16_t>(wire::Type::kError)) {
     std::string text(out.payload.begin(), out.payload.end());
-    bool timedOut = text.find("timed out") != std::string::npos;
-    return Status(timedOut ? Code::kTimeout : Code::kInvalidUsage, text);
+    const bool timedOut = text.find("timed out") != std::string::npos;
+    const bool rankGone = text.find("left the job") != std::string::npos;
+    return Status(timedOut   ? Code::kTimeout
+                  : rankGone ? Code::kRemoteError
+                             : Code::kInvalidUsage,
+                  text);
   }
   return out;
 }
@@ -79,15 +144,26 @@ Result<Joined> rendezvous(const trncclUniqueId& id, int nranks, int rank, const 
   Endpoint root{data.ipv4, data.port};
   Deadline deadline = Deadline::after(timeoutSeconds);
 
-  auto connected = connectTo(root, deadline);
+  const std::vector<PeerInfo> noTable;
+  // Connect in slices: a root whose process is gone refuses every attempt, and saying so at
+  // once beats retrying until the timeout.
+  Result<Socket> connected = makeError(Code::kTimeout, "not connected");
+  for (;;) {
+    connected = connectTo(root, Deadline::after(std::min(0.25, deadline.remainingMs() / 1000.0)));
+    if (connected.isOk() || deadline.expired()) break;
+    if (std::string gone = rootGone(data, noTable, /*waitForExit=*/false); !gone.empty())
+      return Status(Code::kRemoteError,
+                    gone + ": cannot connect to the rendezvous root at " + root.toString());
+  }
   TRNCCL_RETURN_IF_ERROR(connected.status());
   Socket& socket = connected.value();
 
   wire::Hello hello{data.nonce, nranks, rank, static_cast<int64_t>(timeoutSeconds * 1000)};
-  TRNCCL_RETURN_IF_ERROR(sendMessage(socket, wire::Type::kHello, &hello, sizeof(hello), &self,
-                                     sizeof(self), deadline));
+  TRNCCL_RETURN_IF_ERROR(explainRootFailure(
+      sendMessage(socket, wire::Type::kHello, &hello, sizeof(hello), &self, sizeof(self), deadline),
+      data, noTable));
   auto reply = receiveReply(socket, deadline, root.toString(), timeoutSeconds, "rendezvous");
-  TRNCCL_RETURN_IF_ERROR(reply.status());
+  TRNCCL_RETURN_IF_ERROR(explainRootFailure(reply.status(), data, noTable));
   if (reply.value().type != static_cast<uint16_t>(wire::Type::kTable) ||
       reply.value().payload.size() != static_cast<size_t>(nranks) * sizeof(PeerInfo))
     return makeError(Code::kRemoteError, "rendezvous root sent a table of the wrong size");
@@ -97,6 +173,8 @@ Result<Joined> rendezvous(const trncclUniqueId& id, int nranks, int rank, const 
   joined.session.impl_ = std::make_unique<Session::Impl>();
   joined.session.impl_->socket = std::move(socket);
   joined.session.impl_->root = root.toString();
+  joined.session.impl_->id = data;
+  joined.session.impl_->table = joined.table;
   return joined;
 }
 
@@ -107,12 +185,14 @@ Result<std::vector<std::string>> Session::exchange(const std::string& blob, doub
     return makeError(Code::kInternalError, "bootstrap exchange blob of %zu bytes (limit %u)",
                      blob.size(), wire::kMaxExchangeBytes);
   Deadline deadline = Deadline::after(timeoutSeconds);
-  TRNCCL_RETURN_IF_ERROR(sendMessage(impl_->socket, wire::Type::kExchange, blob.data(), blob.size(),
-                                     nullptr, 0, deadline));
+  TRNCCL_RETURN_IF_ERROR(
+      explainRootFailure(sendMessage(impl_->socket, wire::Type::kExchange, blob.data(), blob.size(),
+                                     nullptr, 0, deadline),
+                         impl_->id, impl_->table));
   auto reply =
       receiveReply(impl_->socket, deadline, impl_->root, timeoutSeconds, "bootstrap exchange");
   impl_->socket.close();  // one round per rendezvous
-  TRNCCL_RETURN_IF_ERROR(reply.status());
+  TRNCCL_RETURN_IF_ERROR(explainRootFailure(reply.status(), impl_->id, impl_->table));
   const std::vector<char>& p = reply.value().payload;
   uint32_t n = 0;
   if (reply.value().type != static_cast<uint16_t>(wire::Type::kExchangeTable) || p.size() < 4)

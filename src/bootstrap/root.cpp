@@ -19,6 +19,7 @@
 #include "core/clock.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "topology/host.hpp"
 
 namespace trnccl::bootstrap {
 namespace {
@@ -310,6 +311,8 @@ Status createUniqueId(trncclUniqueId* id) {
   data.ipv4 = bound.ipv4;
   data.port = bound.port;
   data.nonce = randomNonce();
+  data.rootPid = static_cast<int32_t>(getpid());
+  data.rootMachineHash = topology::localHostIdentity().machineHash;
   std::memset(id, 0, sizeof(*id));
   std::memcpy(id->internal, &data, sizeof(data));
   auto timeout = env::getSeconds(env::kTimeout);

@@ -222,6 +222,11 @@ std::string EfaTransport::describe() const {
 }
 
 void EfaTransport::shutdown() {
+  // Let the provider report what it has queued before its endpoint closes: ofi_rxm (libfabric
+  // 1.17) crashed inside fi_close of an endpoint whose connections a failing peer had just
+  // reset with rendezvous reads posted (tests/fault_matrix_test.cpp, tcp abort mid-collective).
+  if (!shutDown_)
+    for (int pass = 0; pass < 64; ++pass) (void)pollCompletions();
   for (auto& rail : rails_) rail->ep.reset();
   shutDown_ = true;
 }

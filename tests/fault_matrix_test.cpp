@@ -1,0 +1,204 @@
+// The fault matrix across the network: rank 1 of 3 is killed, stalls or aborts, at init, in the
+// middle of a collective and in the middle of a point-to-point transfer, over libfabric's net
+// and tcp;ofi_rxm providers (every peer over efa) and over the emulated 2-node layout (ranks 0
+// and 1 share a node's shared memory, rank 2 is reached over efa). Every survivor must return
+// an error within TRNCCL_TIMEOUT (plus slack) that names rank 1, and none may hang. With
+// TRNCCL_FAULT_MATRIX_OUT set, every survivor appends what it got (code, seconds, sentence) as
+// a JSON line there; scripts/fault_matrix.sh renders docs/RELIABILITY.md's table from it.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "efa_support.hpp"
+#include "support/multirank.hpp"
+#include "support/sweep.hpp"
+
+namespace trnccl {
+namespace {
+
+using namespace efa_test;
+using testing::Failures;
+using testing::runRanks;
+
+constexpr double kTimeoutSeconds = 2;
+constexpr int kVictim = 1;
+
+struct Layout {
+  const char* name;
+  const char* provider;
+  bool twoNodes;  // ranks 0, 1 on node a (shm), rank 2 on node b
+};
+constexpr Layout kLayouts[] = {
+    {"net", "net", false}, {"tcp", "tcp;ofi_rxm", false}, {"nodes", "net", true}};
+constexpr const char* kFaults[] = {"kill", "stall", "abort"};
+constexpr const char* kPhases[] = {"init", "collective", "p2p"};
+
+using Cell = std::tuple<int, int, int>;  // layout, fault, phase
+
+std::string jsonEscape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+void record(const Cell& cell, int rank, trncclResult_t rc, double seconds,
+            const std::string& text) {
+  const char* path = std::getenv("TRNCCL_FAULT_MATRIX_OUT");
+  if (!path || !*path) return;
+  if (FILE* f = std::fopen(path, "a")) {
+    std::fprintf(f,
+                 "{\"layout\":\"%s\",\"fault\":\"%s\",\"phase\":\"%s\",\"rank\":%d,"
+                 "\"result\":\"%s\",\"seconds\":%.2f,\"message\":\"%s\"}\n",
+                 kLayouts[std::get<0>(cell)].name, kFaults[std::get<1>(cell)],
+                 kPhases[std::get<2>(cell)], rank, trncclGetErrorString(rc), seconds,
+                 jsonEscape(text).c_str());
+    std::fclose(f);
+  }
+}
+
+// What the victim does to itself, `delayMs` after the call it runs starts.
+void injectLater(const char* fault, trncclComm_t* comm, int delayMs) {
+  std::string kind = fault;
+  std::thread([kind, comm, delayMs] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+    if (kind == "kill") kill(getpid(), SIGKILL);
+    if (kind == "abort" && *comm) trncclCommAbort(*comm);
+  }).detach();
+}
+
+class FaultMatrix : public ::testing::TestWithParam<Cell> {};
+
+TEST_P(FaultMatrix, SurvivorsNameTheFaultyRankInTime) {
+  const Cell cell = GetParam();
+  const Layout layout = kLayouts[std::get<0>(cell)];
+  const std::string fault = kFaults[std::get<1>(cell)];
+  const std::string phase = kPhases[std::get<2>(cell)];
+  // The sanitizer builds' reduced sweep runs one layout (every fault and phase).
+  const char* quick = std::getenv("TRNCCL_TEST_QUICK");
+  if (quick && *quick && std::string(quick) != "0" && std::string(layout.name) != "tcp")
+    GTEST_SKIP() << "TRNCCL_TEST_QUICK: the tcp layout only";
+  const size_t count = 4 << 20;  // 16 MiB of floats: many messages, rendezvous on tcp
+  auto outcomes = runRanks(
+      3,
+      [&](int rank, int n, const trncclUniqueId& id) -> std::string {
+        efa::pinSocketProviders("lo", /*overwrite=*/true);
+        setenv("TRNCCL_FI_PROVIDER", layout.provider, 1);
+        if (layout.twoNodes)
+          setenv("TRNCCL_HOSTID", rank < 2 ? "node-a" : "node-b", 1);
+        else
+          setenv("TRNCCL_TRANSPORT", "efa", 1);
+        setenv("TRNCCL_TIMEOUT", "2", 1);
+        const bool victim = rank == kVictim;
+        if (victim && phase == "init" && fault == "stall")
+          std::this_thread::sleep_for(std::chrono::milliseconds(
+              static_cast<int>(kTimeoutSeconds * 1000) + 2500));  // joins after the others gave up
+        static trncclComm_t comm = nullptr;                       // the injector thread reads it
+        comm = nullptr;
+        if (victim && phase == "init" && fault == "kill") injectLater("kill", &comm, 2);
+        auto start = Clock::now();
+        trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
+        if (victim) {
+          if (phase == "init") {
+            if (fault == "abort" && comm) trncclCommAbort(comm);  // right after init
+            std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+            return "";
+          }
+          if (rc != trncclSuccess)
+            return std::string("victim's init failed: ") + trncclGetLastError(nullptr);
+        }
+        std::vector<float> data(count, 1.0f);
+        if (rc == trncclSuccess && phase == "init") {
+          // Init finished before the fault: the first call must fail instead.
+          rc = trncclAllReduce(data.data(), data.data(), 1024, trncclFloat32, trncclSum, comm);
+        } else if (rc == trncclSuccess) {
+          // A first call that everyone makes: the fault comes in the second.
+          rc = trncclAllReduce(data.data(), data.data(), 1024, trncclFloat32, trncclSum, comm);
+          if (rc != trncclSuccess)
+            return std::string("the first call failed: ") + trncclGetLastError(comm);
+          start = Clock::now();
+          if (victim) {
+            if (fault == "stall") {
+              std::this_thread::sleep_for(
+                  std::chrono::milliseconds(static_cast<int>(kTimeoutSeconds * 1000) + 2500));
+              trncclCommAbort(comm);
+              return "";
+            }
+            injectLater(fault.c_str(), &comm, 5);
+          }
+          // Repeated, so that the fault (5 ms in) lands inside a transfer however fast one is.
+          for (int it = 0; it < 40 && rc == trncclSuccess; ++it) {
+            if (phase == "collective") {
+              rc = trncclAllReduce(data.data(), data.data(), count, trncclFloat32, trncclSum, comm);
+            } else if (rank == 0) {
+              rc = trncclSend(data.data(), count, trncclFloat32, kVictim, comm);
+              if (rc == trncclSuccess)  // an eager send may complete: the reply cannot
+                rc = trncclRecv(data.data(), count, trncclFloat32, kVictim, comm);
+            } else if (victim) {
+              rc = trncclRecv(data.data(), count, trncclFloat32, 0, comm);
+              if (rc == trncclSuccess) rc = trncclSend(data.data(), count, trncclFloat32, 0, comm);
+            } else {
+              return "";  // rank 2 takes no part in the transfer
+            }
+          }
+          if (victim) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+            return "";
+          }
+        }
+        const double took = since(start);
+        std::string text = rc == trncclSuccess ? "" : trncclGetLastError(comm ? comm : nullptr);
+        if (text.empty() && rc != trncclSuccess) text = trncclGetLastError(nullptr);
+        record(cell, rank, rc, took, text);
+        Failures f;
+        // When rank 1 dies or aborts, a survivor blocked on the other survivor, which failed
+        // first (because of rank 1) and left, may name that one: the peer it lost. Known gap
+        // (docs/RELIABILITY.md): failures do not yet travel over the network with their cause;
+        // the named rank's own error names rank 1.
+        const bool neighbourMayBeNamed = fault != "stall";
+        const bool namesVictim = contains(text, "rank 1") || contains(text, "missing ranks [1]");
+        const bool namesOther = contains(text, "rank " + std::to_string(2 - rank));
+        if (rc == trncclSuccess)
+          f.add("rank %d: %s in %s succeeded with rank 1 faulty", rank, phase.c_str(), layout.name);
+        else if (!namesVictim && !(neighbourMayBeNamed && namesOther))
+          f.add("rank %d: '%s' does not name rank 1", rank, text.c_str());
+        if (took > kTimeoutSeconds + 6)
+          f.add("rank %d needed %.1f s (TRNCCL_TIMEOUT=%.0f)", rank, took, kTimeoutSeconds);
+        if (comm) trncclCommAbort(comm);
+        return f.text();
+      },
+      120);
+  ASSERT_EQ(outcomes.size(), 3u);
+  for (const auto& o : outcomes) {
+    if (o.rank == kVictim) continue;
+    EXPECT_TRUE(o.exitCode == 0 && o.failures.empty())
+        << layout.name << " " << fault << " " << phase << ": rank " << o.rank << ": " << o.failures
+        << (o.timedOut ? " (hung)" : "");
+  }
+}
+
+std::string cellName(const ::testing::TestParamInfo<Cell>& info) {
+  return std::string(kLayouts[std::get<0>(info.param)].name) + "_" +
+         kFaults[std::get<1>(info.param)] + "_" + kPhases[std::get<2>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Cells, FaultMatrix,
+                         ::testing::Combine(::testing::Range(0, 3), ::testing::Range(0, 3),
+                                            ::testing::Range(0, 3)),
+                         cellName);
+
+}  // namespace
+}  // namespace trnccl
