@@ -8,7 +8,6 @@ with trnccl's all-reduce. Rank 0 prints the loss, which goes down, and the mean 
 """
 
 import argparse
-import os
 import time
 
 import torch

@@ -13,7 +13,6 @@ import pickle
 import queue
 import signal
 import socket
-import sys
 import tempfile
 import time
 import traceback
