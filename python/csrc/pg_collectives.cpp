@@ -78,6 +78,30 @@ std::vector<size_t> displacements(const std::vector<size_t>& counts) {
   return displs;
 }
 
+// One call's submission, in trnccl's non-blocking form or (inside a coalesced batch, where
+// the request is null) its blocking form: the shape every collective below hands launch().
+ProcessGroupTrnccl::Submit allGatherCall(const void* send, void* recv, size_t count,
+                                         trncclDataType_t type, trncclComm_t comm) {
+  return [=](trncclRequest_t* r) {
+    return r ? trncclAllGatherAsync(send, recv, count, type, comm, r)
+             : trncclAllGather(send, recv, count, type, comm);
+  };
+}
+
+// An all-to-all-v whose per-peer blocks are packed in rank order (displacements derived).
+ProcessGroupTrnccl::Submit allToAllvCall(const void* send, std::vector<size_t> sendCounts,
+                                         void* recv, std::vector<size_t> recvCounts,
+                                         trncclDataType_t type, trncclComm_t comm) {
+  std::vector<size_t> sendDispls = displacements(sendCounts);
+  std::vector<size_t> recvDispls = displacements(recvCounts);
+  return [=](trncclRequest_t* r) {
+    return r ? trncclAllToAllvAsync(send, sendCounts.data(), sendDispls.data(), recv,
+                                    recvCounts.data(), recvDispls.data(), type, comm, r)
+             : trncclAllToAllv(send, sendCounts.data(), sendDispls.data(), recv, recvCounts.data(),
+                               recvDispls.data(), type, comm);
+  };
+}
+
 // Per-peer element counts of an all-to-all side: split sizes in rows of dim 0, or (empty)
 // equal pieces.
 std::vector<size_t> splitCounts(const char* side, const at::Tensor& t,
@@ -211,17 +235,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::allgather(
   const size_t count = source.numel() * moved.elementsPerItem;
   const void* send = source.data_ptr();
   void* recv = gathered.data_ptr();
-  trncclComm_t comm = comm_;
   std::vector<at::Tensor> keep = targets;
   keep.push_back(source);
   keep.push_back(gathered);
-  return launch(
-      c10d::OpType::ALLGATHER, "all_gather",
-      [=](trncclRequest_t* r) {
-        return r ? trncclAllGatherAsync(send, recv, count, moved.type, comm, r)
-                 : trncclAllGather(send, recv, count, moved.type, comm);
-      },
-      std::move(keep), targets, direct ? Finisher{} : scatterInto(gathered, targets));
+  return launch(c10d::OpType::ALLGATHER, "all_gather",
+                allGatherCall(send, recv, count, moved.type, comm_), std::move(keep), targets,
+                direct ? Finisher{} : scatterInto(gathered, targets));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::_allgather_base(
@@ -242,14 +261,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::_allgather_base(
   const size_t count = source.numel() * moved.elementsPerItem;
   const void* send = source.data_ptr();
   void* recv = target.buffer.data_ptr();
-  trncclComm_t comm = comm_;
-  return launch(
-      c10d::OpType::_ALLGATHER_BASE, "_allgather_base",
-      [=](trncclRequest_t* r) {
-        return r ? trncclAllGatherAsync(send, recv, count, moved.type, comm, r)
-                 : trncclAllGather(send, recv, count, moved.type, comm);
-      },
-      {source, target.buffer}, {output}, target.copyBack);
+  return launch(c10d::OpType::_ALLGATHER_BASE, "_allgather_base",
+                allGatherCall(send, recv, count, moved.type, comm_), {source, target.buffer},
+                {output}, target.copyBack);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::allgather_coalesced(
@@ -280,14 +294,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::allgather_coalesced(
   const size_t count = source.numel() * moved.elementsPerItem;
   const void* send = source.data_ptr();
   void* recv = gathered.data_ptr();
-  trncclComm_t comm = comm_;
-  return launch(
-      c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced",
-      [=](trncclRequest_t* r) {
-        return r ? trncclAllGatherAsync(send, recv, count, moved.type, comm, r)
-                 : trncclAllGather(send, recv, count, moved.type, comm);
-      },
-      {source, gathered}, targets, scatterInto(gathered, targets));
+  return launch(c10d::OpType::ALLGATHER_COALESCED, "all_gather_coalesced",
+                allGatherCall(send, recv, count, moved.type, comm_), {source, gathered}, targets,
+                scatterInto(gathered, targets));
 }
 
 // gather and scatter are all-to-all-v calls in which only the root's row (or column) is
@@ -315,19 +324,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::gather(
   std::vector<size_t> sendCounts(getSize(), 0), recvCounts(getSize(), isRoot ? count : 0);
   sendCounts[root] = count;
   at::Tensor gathered = at::empty({isRoot ? source.numel() * getSize() : 0}, source.options());
-  const auto sendDispls = displacements(sendCounts), recvDispls = displacements(recvCounts);
   const void* send = dataOf(source);
   void* recv = dataOf(gathered);
-  trncclComm_t comm = comm_;
-  return launch(
-      c10d::OpType::GATHER, "gather",
-      [=](trncclRequest_t* r) {
-        return r ? trncclAllToAllvAsync(send, sendCounts.data(), sendDispls.data(), recv,
-                                        recvCounts.data(), recvDispls.data(), moved.type, comm, r)
-                 : trncclAllToAllv(send, sendCounts.data(), sendDispls.data(), recv,
-                                   recvCounts.data(), recvDispls.data(), moved.type, comm);
-      },
-      {source, gathered}, targets, isRoot ? scatterInto(gathered, targets) : Finisher{});
+  return launch(c10d::OpType::GATHER, "gather",
+                allToAllvCall(send, sendCounts, recv, recvCounts, moved.type, comm_),
+                {source, gathered}, targets, isRoot ? scatterInto(gathered, targets) : Finisher{});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::scatter(
@@ -352,19 +353,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::scatter(
   const size_t count = target.buffer.numel() * moved.elementsPerItem;
   std::vector<size_t> sendCounts(getSize(), isRoot ? count : 0), recvCounts(getSize(), 0);
   recvCounts[root] = count;
-  const auto sendDispls = displacements(sendCounts), recvDispls = displacements(recvCounts);
   const void* send = dataOf(source);
   void* recv = dataOf(target.buffer);
-  trncclComm_t comm = comm_;
-  return launch(
-      c10d::OpType::SCATTER, "scatter",
-      [=](trncclRequest_t* r) {
-        return r ? trncclAllToAllvAsync(send, sendCounts.data(), sendDispls.data(), recv,
-                                        recvCounts.data(), recvDispls.data(), moved.type, comm, r)
-                 : trncclAllToAllv(send, sendCounts.data(), sendDispls.data(), recv,
-                                   recvCounts.data(), recvDispls.data(), moved.type, comm);
-      },
-      {source, target.buffer}, outputs, target.copyBack);
+  return launch(c10d::OpType::SCATTER, "scatter",
+                allToAllvCall(send, sendCounts, recv, recvCounts, moved.type, comm_),
+                {source, target.buffer}, outputs, target.copyBack);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::reduce_scatter(
@@ -437,19 +430,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::alltoall_base(
   // different buffers).
   at::Tensor source = input.is_same(output) ? input.clone() : contiguousOf(input);
   InPlace target = inPlace(output);
-  const auto sendDispls = displacements(sendCounts), recvDispls = displacements(recvCounts);
   const void* send = dataOf(source);
   void* recv = dataOf(target.buffer);
-  trncclComm_t comm = comm_;
-  return launch(
-      c10d::OpType::ALLTOALL_BASE, "all_to_all",
-      [=](trncclRequest_t* r) {
-        return r ? trncclAllToAllvAsync(send, sendCounts.data(), sendDispls.data(), recv,
-                                        recvCounts.data(), recvDispls.data(), moved.type, comm, r)
-                 : trncclAllToAllv(send, sendCounts.data(), sendDispls.data(), recv,
-                                   recvCounts.data(), recvDispls.data(), moved.type, comm);
-      },
-      {source, target.buffer}, {output}, target.copyBack);
+  return launch(c10d::OpType::ALLTOALL_BASE, "all_to_all",
+                allToAllvCall(send, sendCounts, recv, recvCounts, moved.type, comm_),
+                {source, target.buffer}, {output}, target.copyBack);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::alltoall(std::vector<at::Tensor>& outputs,
@@ -473,19 +458,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::alltoall(std::vector<at::Tens
       std::accumulate(outputs.begin(), outputs.end(), int64_t{0},
                       [](int64_t n, const at::Tensor& t) { return n + t.numel(); });
   at::Tensor gathered = at::empty({received}, outputs[0].options());
-  const auto sendDispls = displacements(sendCounts), recvDispls = displacements(recvCounts);
   const void* send = dataOf(source);
   void* recv = dataOf(gathered);
-  trncclComm_t comm = comm_;
-  return launch(
-      c10d::OpType::ALLTOALL, "all_to_all",
-      [=](trncclRequest_t* r) {
-        return r ? trncclAllToAllvAsync(send, sendCounts.data(), sendDispls.data(), recv,
-                                        recvCounts.data(), recvDispls.data(), moved.type, comm, r)
-                 : trncclAllToAllv(send, sendCounts.data(), sendDispls.data(), recv,
-                                   recvCounts.data(), recvDispls.data(), moved.type, comm);
-      },
-      {source, gathered}, outputs, scatterInto(gathered, outputs));
+  return launch(c10d::OpType::ALLTOALL, "all_to_all",
+                allToAllvCall(send, sendCounts, recv, recvCounts, moved.type, comm_),
+                {source, gathered}, outputs, scatterInto(gathered, outputs));
 }
 
 }  // namespace trnccl::torch_ext
