@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/env.hpp"
 #include "efa_support.hpp"
 #include "support/multirank.hpp"
 #include "support/sweep.hpp"
@@ -57,9 +58,9 @@ std::string jsonEscape(const std::string& text) {
 
 void record(const Cell& cell, int rank, trncclResult_t rc, double seconds,
             const std::string& text) {
-  const char* path = std::getenv("TRNCCL_FAULT_MATRIX_OUT");
-  if (!path || !*path) return;
-  if (FILE* f = std::fopen(path, "a")) {
+  const std::string path = env::getString(env::kFaultMatrixOut);
+  if (path.empty()) return;
+  if (FILE* f = std::fopen(path.c_str(), "a")) {
     std::fprintf(f,
                  "{\"layout\":\"%s\",\"fault\":\"%s\",\"phase\":\"%s\",\"rank\":%d,"
                  "\"result\":\"%s\",\"seconds\":%.2f,\"message\":\"%s\"}\n",
@@ -88,8 +89,7 @@ TEST_P(FaultMatrix, SurvivorsNameTheFaultyRankInTime) {
   const std::string fault = kFaults[std::get<1>(cell)];
   const std::string phase = kPhases[std::get<2>(cell)];
   // The sanitizer builds' reduced sweep runs one layout (every fault and phase).
-  const char* quick = std::getenv("TRNCCL_TEST_QUICK");
-  if (quick && *quick && std::string(quick) != "0" && std::string(layout.name) != "tcp")
+  if (testing::quickMode() && std::string(layout.name) != "tcp")
     GTEST_SKIP() << "TRNCCL_TEST_QUICK: the tcp layout only";
   // Known defect, not hidden: over tcp;ofi_rxm a rank whose communicator fails while a peer
   // resets connections under rendezvous traffic can crash inside libfabric 1.17's fi_close of

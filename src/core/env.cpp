@@ -168,6 +168,9 @@ const Var kTestQuick{"TRNCCL_TEST_QUICK", Kind::kBool, "0",
 const Var kTestWide{"TRNCCL_TEST_WIDE", Kind::kBool, "0",
                     "Test suite only: four data types and three ops instead of all, for the "
                     "16- and 32-rank topology configurations."};
+const Var kFaultMatrixOut{"TRNCCL_FAULT_MATRIX_OUT", Kind::kString, "",
+                          "Test suite only: tests/fault_matrix_test appends what every survivor "
+                          "got (JSON lines) to this file; scripts/fault_matrix.sh sets it."};
 
 const std::vector<const Var*>& all() {
   static const std::vector<const Var*> vars = {&kDebug,
@@ -208,7 +211,8 @@ const std::vector<const Var*>& all() {
                                                &kPipelineChunks,
                                                &kTuningFile,
                                                &kTestQuick,
-                                               &kTestWide};
+                                               &kTestWide,
+                                               &kFaultMatrixOut};
   return vars;
 }
 

@@ -66,6 +66,7 @@ extern const Var kTuningFile;
 // The test suite.
 extern const Var kTestQuick;
 extern const Var kTestWide;
+extern const Var kFaultMatrixOut;
 
 const std::vector<const Var*>& all();
 
