@@ -71,8 +71,14 @@ class EfaTransport : public Transport {
 
   // After a failure of the communicator: closes the endpoints, which cancels every posted
   // operation, so that no receive can land in a user buffer the caller frees after the error.
-  // Later progress calls fail.
+  // Later progress calls fail. Over ofi_rxm the endpoints are instead left open and never
+  // progressed again (nothing lands either: that provider moves data only when polled), and
+  // the destructor hands them to a process-wide list that is never closed: closing one whose
+  // peer reset its connections mid-transfer crashes inside libfabric 1.17 (ofi_rxm reads a
+  // cancelled completion that has no context). docs/RELIABILITY.md.
   void shutdown();
+  // Whether shutdown() left the endpoints open (see above).
+  bool endpointsLeftOpen() const { return keepEndpointsOpen_; }
   // Whether any message went to or came from this peer (both sides agree once all finished).
   bool exchangedWith(int peer) const { return sendSeq_[peer] != 0 || recvSeq_[peer] != 0; }
   // Before a normal destroy: progresses until posted sends completed (at most `seconds`), so
@@ -156,8 +162,9 @@ class EfaTransport : public Transport {
   // Per peer: the sequence number of the message whose turn it is to post (see post()).
   std::vector<uint32_t> nextSendToPost_, nextRecvToPost_;
   bool shutDown_ = false;
-  bool endOfPassPolling_ = false;  // endPass has been called: progress calls do not poll
-  bool stepsThisPass_ = false;     // a step is waiting on the queues: endPass reads them
+  bool keepEndpointsOpen_ = false;  // shutdown() over ofi_rxm: never fi_close them
+  bool endOfPassPolling_ = false;   // endPass has been called: progress calls do not poll
+  bool stepsThisPass_ = false;      // a step is waiting on the queues: endPass reads them
   uint64_t completionsSeen_ = 0;
   int readsPerPass_ = 8;
   std::list<std::unique_ptr<Message>> messages_;  // live messages (providers hold contexts)
