@@ -13,38 +13,10 @@ set -u
 build="${1:?usage: netns_test.sh BUILD_DIR}"
 bin="$build/bench"
 
-skip() {
-  echo "netns: SKIP: $*"
-  exit 77
-}
-[ "$(id -u)" -eq 0 ] || skip "creating network namespaces needs root"
-command -v ip >/dev/null || skip "ip (iproute2) is not installed"
+netns_label=netns
+source "$(dirname "$0")/netns_lib.sh"
 [ -x "$bin/trnccl-run" ] || { echo "netns: $bin/trnccl-run is not built"; exit 1; }
-
-id=$$
-nsA="trnccl-a-$id"
-nsB="trnccl-b-$id"
-vethA="tva$id"
-vethB="tvb$id"
-net="10.251.$((id % 250)).0"
-ipA="${net%.0}.1"
-ipB="${net%.0}.2"
-tmp="$(mktemp -d)"
-cleanup() {
-  ip netns del "$nsA" 2>/dev/null
-  ip netns del "$nsB" 2>/dev/null  # deleting a namespace deletes its end of the veth pair
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-ip netns add "$nsA" 2>/dev/null || skip "this machine forbids 'ip netns add'"
-ip netns add "$nsB" || exit 1
-ip link add "$vethA" type veth peer name "$vethB" 2>/dev/null || skip "veth pairs are not allowed"
-ip link set "$vethA" netns "$nsA" && ip link set "$vethB" netns "$nsB" || exit 1
-ip -n "$nsA" addr add "$ipA/24" dev "$vethA" && ip -n "$nsB" addr add "$ipB/24" dev "$vethB" || exit 1
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "$vethA" up && ip -n "$nsB" link set "$vethB" up || exit 1
-echo "netns: $nsA ($ipA on $vethA) <-> $nsB ($ipB on $vethB)"
+netns_setup
 
 failures=0
 # Both ways over TCP: tcp under ofi_rxm, and net (the provider's own reliable datagrams, what
@@ -94,40 +66,19 @@ provider="tcp;ofi_rxm"
 # A slow link: in each namespace an nftables rule redirects TCP connections to the other
 # namespace onto a relay (tests/netns_relay.py) that delays every byte 2 ms each way. Needs
 # nftables NAT and python3; without them this part is reported and left out.
-relay_port=7390
-relays=()
-start_relay() {  # namespace, the other namespace's address, log file
-  ip netns exec "$1" nft -f - <<EOF || return 1
-table ip trnccl_delay {
-  chain output {
-    type nat hook output priority -100;
-    meta mark 0x1 return
-    ip daddr $2 meta l4proto tcp counter redirect to :$relay_port
-  }
-}
-EOF
-  ip netns exec "$1" python3 "$(dirname "$0")/netns_relay.py" --port "$relay_port" \
-    --delay-ms 2 --mark 1 >"$3" 2>&1 &
-  relays+=($!)
-}
-if command -v nft >/dev/null && command -v python3 >/dev/null &&
-    start_relay "$nsA" "$ipB" "$tmp/relayA.log" && start_relay "$nsB" "$ipA" "$tmp/relayB.log"; then
-  for _ in $(seq 50); do
-    grep -q listening "$tmp/relayA.log" && grep -q listening "$tmp/relayB.log" && break
-    sleep 0.1
-  done
+if netns_start_relay "$nsA" "$ipB" "$tmp/relayA.log" 2 &&
+    netns_start_relay "$nsB" "$ipA" "$tmp/relayB.log" 2; then
+  netns_wait_relays "$tmp/relayA.log" "$tmp/relayB.log"
   run_job "2 ms relay each way" all_reduce_perf -b 8 -e 1M -f 8 -c 1 -n 3 -w 1
   small_us="$(awk '$1 == 8 {print $6; exit}' "$tmp/a.out")"
   echo "netns: 8-byte all-reduce over the delayed link (us): $small_us"
-  kill -TERM "${relays[@]}" 2>/dev/null
-  wait "${relays[@]}" 2>/dev/null
+  netns_stop_relays
   # Which side's connection the provider keeps when both connect at once is a race, and one
   # connection carries both directions: the relays must carry the job between them.
   relayed=0
   for side in A B; do
-    summary="$(grep '^relay: [0-9]' "$tmp/relay$side.log")"
-    echo "netns: relay in $side: ${summary#relay: }"
-    bytes="$(echo "$summary" | sed -n 's/.* \([0-9]*\) bytes.*/\1/p')"
+    echo "netns: relay in $side: $(grep '^relay: [0-9]' "$tmp/relay$side.log")"
+    bytes="$(netns_relayed_bytes "$tmp/relay$side.log")"
     relayed=$((relayed + ${bytes:-0}))
   done
   if [ "$relayed" -lt 100000 ]; then
@@ -140,22 +91,13 @@ if command -v nft >/dev/null && command -v python3 >/dev/null &&
     echo "netns: FAIL an 8-byte all-reduce took ${small_us:-?} us over a link delayed 2 ms each way"
     failures=$((failures + 1))
   fi
-  ip netns exec "$nsA" nft delete table ip trnccl_delay
-  ip netns exec "$nsB" nft delete table ip trnccl_delay
 else
   echo "netns: note: no nftables NAT or python3 here: the delayed-link job is left out"
 fi
 
 # Faults on the link: 1% of B's incoming TCP segments dropped, A's egress limited to 200 Mbit/s.
 if command -v nft >/dev/null; then
-  ip netns exec "$nsB" nft -f - <<'EOF' || { echo "netns: FAIL cannot install the nftables rule"; exit 1; }
-table inet trnccl_loss {
-  chain input {
-    type filter hook input priority 0;
-    meta l4proto tcp numgen random mod 100 < 1 counter drop
-  }
-}
-EOF
+  netns_drop_tcp "$nsB" 1 || { echo "netns: FAIL cannot install the nftables rule"; exit 1; }
   loss="1% loss"
 else
   echo "netns: note: nft (Debian package nftables) is missing: no packet loss, rate limit only"
@@ -169,7 +111,7 @@ done
 provider=net run_job "$loss + 200 Mbit/s" all_reduce_perf "${sizes[@]}"
 # The faults must have happened, and the traffic must have crossed the veth pair.
 if command -v nft >/dev/null; then
-  dropped="$(ip netns exec "$nsB" nft list table inet trnccl_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')"
+  dropped="$(netns_dropped "$nsB")"
   echo "netns: TCP segments dropped on the way into $nsB: ${dropped:-?}"
   if [ "${dropped:-0}" -eq 0 ]; then
     echo "netns: FAIL the loss rule dropped nothing"
