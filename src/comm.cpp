@@ -207,6 +207,7 @@ Status Communicator::healthLocked(Operation& op) {
     return makeError(who == rank_ ? Code::kAborted : Code::kRemoteError,
                      "stopped because rank %d failed: %s", who, segment_.abortReason().c_str());
   }
+  if (efa_) TRNCCL_RETURN_IF_ERROR(efa_->peerFailure());  // a failure on another node
   int64_t now = nowNs();
   int peer = op.blockedOnPeer();
   // Only the peer this rank waits for matters: a peer that finished and exited is fine, and a
@@ -258,13 +259,24 @@ void Communicator::failLocked(const Status& status) {
   for (auto& op : queue_) flight_.ended(op->flightSeq, false);
   if (failure_.isOk()) {
     failure_ = status;
-    if (efa_) efa_->shutdown();  // nothing posted may land in user buffers after this
-    // A thread waiting here fails as soon as it sees abortRequested_, possibly before
-    // requestAbort raises the segment's flag: the peers still read that this rank aborted.
-    if (!segment_.aborted())
-      segment_.raiseAbort(
-          status.code(), rank_,
-          abortRequested_.load(std::memory_order_acquire) ? abortSentence() : status.message());
+    // Where the failure started, and why: here, or at a peer whose failure reached this rank
+    // through the node's segment or a network notice. Peers are told that, not "rank r
+    // failed because rank o failed". A thread waiting here fails as soon as it sees
+    // abortRequested_, possibly before requestAbort raises the segment's flag: the peers
+    // still read that this rank aborted.
+    int origin = rank_;
+    std::string cause =
+        abortRequested_.load(std::memory_order_acquire) ? abortSentence() : status.message();
+    if (segment_.aborted()) {
+      origin = segment_.abortRank();
+      cause = segment_.abortReason();
+    } else if (efa_ && efa_->noticeOrigin() >= 0) {
+      origin = efa_->noticeOrigin();
+      cause = efa_->noticeSentence();
+    }
+    if (!segment_.aborted()) segment_.raiseAbort(status.code(), origin, cause);
+    // Tells the efa peers, then stops: nothing posted may land in user buffers after this.
+    if (efa_) efa_->fail(origin, cause);
     // Logged as a warning when a caller receives it (api/errors.cpp); INFO here has the time.
     TRNCCL_INFO(log::kColl, "communicator failed: %s", status.message().c_str());
     setLastError(status.message());

@@ -109,16 +109,55 @@ TEST_P(SocketTransport, StripesLargeMessagesOverRailsAndCachesRegistrations) {
   }
   for (size_t r = 0; r < 3; ++r)
     EXPECT_EQ(p.a->fragmentsPerRail()[r], 16u) << "rail " << r << " of the sender";
-  // Same buffers both rounds: one registration per rail each side, then cache hits.
-  EXPECT_EQ(p.a->registrations(), 3u);
+  // Same buffers both rounds: one registration per rail each side, then cache hits; plus the
+  // control slots' chunk on rail 0 (the failure-notice receive posted at connect uses it).
+  EXPECT_EQ(p.a->registrations(), 3u + 1);
   EXPECT_EQ(p.a->registrationHits(), 3u);
-  EXPECT_EQ(p.b->registrations(), 3u);
+  EXPECT_EQ(p.b->registrations(), 3u + 1);
 }
 
-// A failure in the middle of a large transfer: after shutdown() nothing progresses any more,
-// and the transports destroy without crashing. Over ofi_rxm the endpoints are left open
-// (closing them after a peer reset crashes libfabric 1.17's ofi_rxm); over net they close.
-TEST_P(SocketTransport, ShutdownMidTransferStopsProgressAndDestroysCleanly) {
+// A rank that fails tells a peer waiting on it why: a failure notice, which over ofi_rxm --
+// whose failed endpoints stay open -- is the only thing that reaches the peer before its
+// timeout. Over net the endpoint then closes, and the reset may be what the peer reads first.
+TEST_P(SocketTransport, FailureNoticeReachesAPeerWaitingOnTheFailedRank) {
+  const std::string provider = GetParam();
+  Pair p = connectedPair(provider, 2);
+  ASSERT_TRUE(p.a && p.b);
+  std::vector<float> data(1024, 0.0f);
+  TransferOp recv;  // rank 0 waits for a message rank 1 will never send
+  recv.peer = 1;
+  recv.dst = data.data();
+  recv.bytes = data.size() * sizeof(float);
+  auto first = p.a->progressRecv(recv);
+  ASSERT_TRUE(first.isOk() && !first.value());
+  // Rank 0 keeps progressing meanwhile, as a real peer would: the notice may need a
+  // connection made first, and that takes both sides' progress.
+  std::string error;
+  bool completed = false;
+  std::thread waiter([&] {
+    for (auto start = Clock::now(); error.empty() && !completed && since(start) < 5;) {
+      auto r = p.a->progressRecv(recv);
+      completed = r.isOk() && r.value();
+      if (!r.isOk()) error = r.status().message();
+    }
+  });
+  p.b->fail(1, "rank 1 ran out of patience");
+  waiter.join();
+  EXPECT_FALSE(completed) << "a receive completed from a rank that never sent";
+  if (provider == "tcp;ofi_rxm") {
+    EXPECT_EQ(error, "stopped because rank 1 failed: rank 1 ran out of patience");
+    EXPECT_EQ(p.a->noticeOrigin(), 1);
+  } else {
+    EXPECT_TRUE(contains(error, "rank 1")) << error;
+  }
+  p.b.reset();
+  p.a.reset();
+}
+
+// A failure in the middle of a large transfer: the failed side progresses no more and both
+// destroy without crashing. Over ofi_rxm the failed endpoints are left open (closing them after
+// a peer reset crashes libfabric 1.17's ofi_rxm); over net they close.
+TEST_P(SocketTransport, FailureMidTransferLeftOpenEndpointsDestroyCleanly) {
   const std::string provider = GetParam();
   Pair p = connectedPair(provider, 2, 1 << 20, 1 << 20);
   ASSERT_TRUE(p.a && p.b);
@@ -129,11 +168,13 @@ TEST_P(SocketTransport, ShutdownMidTransferStopsProgressAndDestroysCleanly) {
   auto received = p.b->progressRecv(recv);
   ASSERT_TRUE(sent.isOk() && received.isOk());
   ASSERT_FALSE(received.value()) << "16 MiB arrived in one progress call: nothing in flight";
-  p.b->shutdown();  // the receiver fails first: the sender's connection is reset under it
+  p.b->fail(1, "rank 1 failed mid-transfer");
   EXPECT_EQ(p.b->endpointsLeftOpen(), provider == "tcp;ofi_rxm");
-  EXPECT_FALSE(p.b->progressRecv(recv).isOk()) << "a shut-down transport still progresses";
+  EXPECT_FALSE(p.b->progressRecv(recv).isOk()) << "a failed transport still progresses";
   p.b.reset();
-  p.a->shutdown();
+  for (int pass = 0; pass < 100; ++pass) (void)p.a->progressSend(send);
+  p.a->fail(0, "rank 0 lost rank 1");
+  EXPECT_EQ(p.a->endpointsLeftOpen(), provider == "tcp;ofi_rxm");
   p.a.reset();
   // What was not received is not written afterwards, even by a provider left open.
   const size_t landed = std::count(dst.begin(), dst.end(), 1.0f);

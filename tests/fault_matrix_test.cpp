@@ -202,3 +202,68 @@ INSTANTIATE_TEST_SUITE_P(Cells, FaultMatrix,
 
 }  // namespace
 }  // namespace trnccl
+
+namespace trnccl {
+namespace {
+
+// A failure crosses the network with its cause. The 2-node layout over tcp;ofi_rxm, whose
+// failed endpoints stay open (so no connection reset tells the other node anything): rank 1
+// aborts in the middle of 16 MiB all-reduces, and rank 2, on the other node, must stop within
+// a few seconds -- far below TRNCCL_TIMEOUT=30 -- saying that rank 1 called trncclCommAbort.
+// Over net the same must hold, except that a reset may arrive before the notice.
+class FaultNotice : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FaultNotice, ReachesTheOtherNodeWithItsCause) {
+  const std::string provider = GetParam();
+  constexpr double kLongTimeout = 30;
+  const size_t count = 4 << 20;
+  auto outcomes = runRanks(
+      3,
+      [&](int rank, int n, const trncclUniqueId& id) -> std::string {
+        efa::pinSocketProviders("lo", /*overwrite=*/true);
+        setenv("TRNCCL_FI_PROVIDER", provider.c_str(), 1);
+        setenv("TRNCCL_HOSTID", rank < 2 ? "node-a" : "node-b", 1);
+        setenv("TRNCCL_TIMEOUT", "30", 1);
+        static trncclComm_t comm = nullptr;  // the injector thread reads it
+        comm = nullptr;
+        if (trncclCommInitRank(&comm, n, id, rank) != trncclSuccess)
+          return std::string("init: ") + trncclGetLastError(nullptr);
+        std::vector<float> data(count, 1.0f);
+        if (trncclAllReduce(data.data(), data.data(), count, trncclFloat32, trncclSum, comm) !=
+            trncclSuccess)
+          return std::string("first call: ") + trncclGetLastError(comm);
+        if (rank == kVictim) injectLater("abort", &comm, 5);
+        const auto start = Clock::now();
+        trncclResult_t rc = trncclSuccess;
+        for (int it = 0; it < 200 && rc == trncclSuccess; ++it)
+          rc = trncclAllReduce(data.data(), data.data(), count, trncclFloat32, trncclSum, comm);
+        const double took = since(start);
+        const std::string text = rc == trncclSuccess ? "" : trncclGetLastError(comm);
+        if (rank == kVictim) {  // its injector aborted (and freed) the communicator
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          return "";
+        }
+        trncclCommAbort(comm);
+        Failures f;
+        if (rc == trncclSuccess) f.add("rank %d: 200 all-reduces succeeded after an abort", rank);
+        if (took > 5)
+          f.add("rank %d needed %.1f s (TRNCCL_TIMEOUT=%.0f)", rank, took, kLongTimeout);
+        const bool cause = contains(text, "rank 1 called trncclCommAbort");
+        if (!cause && (provider != "net" || !contains(text, "rank 1")))
+          f.add("rank %d: '%s' does not say that rank 1 aborted", rank, text.c_str());
+        return f.text();
+      },
+      120);
+  ASSERT_EQ(outcomes.size(), 3u);
+  for (const auto& o : outcomes)
+    EXPECT_TRUE(o.exitCode == 0 && o.failures.empty())
+        << provider << ": rank " << o.rank << ": " << o.failures << (o.timedOut ? " (hung)" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, FaultNotice, ::testing::Values("tcp;ofi_rxm", "net"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param) == "net" ? "net" : "tcp";
+                         });
+
+}  // namespace
+}  // namespace trnccl

@@ -43,6 +43,7 @@ struct LeftOpen {
   std::list<std::unique_ptr<Message>> messages;
   ControlSlots slots;
   std::vector<std::pair<size_t, std::unique_ptr<char[]>>> staging;
+  std::vector<std::unique_ptr<FragmentContext>> notices;
 };
 std::mutex leftOpenMutex;
 std::vector<std::unique_ptr<LeftOpen>>& leftOpen() {
@@ -157,6 +158,7 @@ EfaTransport::~EfaTransport() {
     kept->messages = std::move(messages_);
     kept->slots = std::move(slots_);
     kept->staging = std::move(staging_);
+    kept->notices = std::move(notices_);
     std::lock_guard<std::mutex> lock(leftOpenMutex);
     leftOpen().push_back(std::move(kept));
     if (leftOpen().size() == 1)
@@ -239,7 +241,7 @@ Status EfaTransport::connect(const std::vector<std::string>& blobs) {
     TRNCCL_RETURN_IF_ERROR(inserted.status());
     addrOf_[r] = std::move(inserted.value());
   }
-  return Status::ok();
+  return postNoticeReceive();
 }
 
 std::string EfaTransport::describe() const {
@@ -266,7 +268,13 @@ std::string EfaTransport::describe() const {
 }
 
 void EfaTransport::shutdown() {
+  for (auto& rail : rails_) rail->ep.reset();
+  shutDown_ = true;
+}
+
+void EfaTransport::fail(int originRank, const std::string& sentence) {
   if (shutDown_) return;
+  sendNotices(originRank, sentence);
   shutDown_ = true;
   if (closeMayCrashAfterFailure(rails_.front()->info)) {
     keepEndpointsOpen_ = true;  // and never polled again: see the header
@@ -427,6 +435,10 @@ Status EfaTransport::pollCompletions() {
         fi_cq_err_entry err{};
         if (fi_cq_readerr(cq, &err, 0) != 1) break;
         auto* fc = static_cast<FragmentContext*>(err.op_context);
+        if (fc && fc->kind == OpKind::kNotice) {
+          bookNotice(*fc, nullptr);
+          continue;
+        }
         char detail[256] = {};
         const char* text = fi_cq_strerror(cq, err.prov_errno, err.err_data, detail, sizeof(detail));
         if (!fc) return makeError(Code::kSystemError, "libfabric completion error: %s", text);
@@ -448,8 +460,13 @@ Status EfaTransport::pollCompletions() {
         continue;
       }
       if (n < 0) return makeError(Code::kSystemError, "%s", fiError("fi_cq_read", n).c_str());
-      for (ssize_t i = 0; i < n; ++i)
-        bookCompletion(*static_cast<FragmentContext*>(entries[i].op_context), entries[i]);
+      for (ssize_t i = 0; i < n; ++i) {
+        auto* fc = static_cast<FragmentContext*>(entries[i].op_context);
+        if (fc->kind == OpKind::kNotice)
+          bookNotice(*fc, &entries[i]);
+        else
+          bookCompletion(*fc, entries[i]);
+      }
       completionsSeen_ += static_cast<uint64_t>(n);
       // A short batch means the queue was empty: reading again to hear FI_EAGAIN would cost
       // one more progress call (a poll() system call with tcp) for every completion.
@@ -462,7 +479,7 @@ Status EfaTransport::pollCompletions() {
     releaseResources(*m);
     return true;
   });
-  return Status::ok();
+  return peerFailure();
 }
 
 void EfaTransport::drop(Message* m, TransferOp& op) {

@@ -69,16 +69,26 @@ class EfaTransport : public Transport {
   Result<bool> progressSend(TransferOp& op) override;
   Result<bool> progressRecv(TransferOp& op) override;
 
-  // After a failure of the communicator: closes the endpoints, which cancels every posted
-  // operation, so that no receive can land in a user buffer the caller frees after the error.
-  // Later progress calls fail. Over ofi_rxm the endpoints are instead left open and never
+  // Closes the endpoints, which cancels every posted operation, so that no receive can land in
+  // a user buffer the caller frees afterwards. Later progress calls fail.
+  void shutdown();
+  // After a failure of the communicator: sends every connected peer a failure notice (the rank
+  // where the failure started and its sentence; best effort, at most kNoticeSeconds), then
+  // stops like shutdown(). Over ofi_rxm the endpoints are instead left open and never
   // progressed again (nothing lands either: that provider moves data only when polled), and
   // the destructor hands them to a process-wide list that is never closed: closing one whose
   // peer reset its connections mid-transfer crashes inside libfabric 1.17 (ofi_rxm reads a
   // cancelled completion that has no context). docs/RELIABILITY.md.
-  void shutdown();
-  // Whether shutdown() left the endpoints open (see above).
+  void fail(int originRank, const std::string& sentence);
+  static constexpr double kNoticeSeconds = 0.25;
+  // Whether fail() left the endpoints open (see above).
   bool endpointsLeftOpen() const { return keepEndpointsOpen_; }
+  // The first failure notice a peer sent: the rank where that failure started (-1: none came)
+  // and its sentence. Once one came, every progress call fails with "stopped because rank N
+  // failed: ...", as a failure on this node does through the segment.
+  int noticeOrigin() const { return noticeOrigin_; }
+  const std::string& noticeSentence() const { return noticeSentence_; }
+  Status peerFailure() const;
   // Whether any message went to or came from this peer (both sides agree once all finished).
   bool exchangedWith(int peer) const { return sendSeq_[peer] != 0 || recvSeq_[peer] != 0; }
   // Before a normal destroy: progresses until posted sends completed (at most `seconds`), so
@@ -138,6 +148,9 @@ class EfaTransport : public Transport {
   Status sizeMismatch(const Message& m) const;
   void bookAnnouncement(Message& m, const fi_cq_tagged_entry& entry);
   void releaseResources(Message& m);
+  Status postNoticeReceive();
+  void sendNotices(int originRank, const std::string& sentence);
+  void bookNotice(FragmentContext& fc, const fi_cq_tagged_entry* entry);  // entry: null on error
   Result<bool> finish(Message& m, TransferOp& op);
   void drop(Message* m, TransferOp& op);
   char* takeStaging(size_t bytes);
@@ -162,9 +175,15 @@ class EfaTransport : public Transport {
   // Per peer: the sequence number of the message whose turn it is to post (see post()).
   std::vector<uint32_t> nextSendToPost_, nextRecvToPost_;
   bool shutDown_ = false;
-  bool keepEndpointsOpen_ = false;  // shutdown() over ofi_rxm: never fi_close them
-  bool endOfPassPolling_ = false;   // endPass has been called: progress calls do not poll
-  bool stepsThisPass_ = false;      // a step is waiting on the queues: endPass reads them
+  bool keepEndpointsOpen_ = false;  // fail() over ofi_rxm: never fi_close them
+  // Failure notices (efa_notice.cpp): the receive posted at connect and the sends of fail().
+  std::vector<std::unique_ptr<FragmentContext>> notices_;
+  int noticeRecvSlot_ = -1;
+  size_t noticesInFlight_ = 0;
+  int noticeOrigin_ = -1;
+  std::string noticeSentence_;
+  bool endOfPassPolling_ = false;  // endPass has been called: progress calls do not poll
+  bool stepsThisPass_ = false;     // a step is waiting on the queues: endPass reads them
   uint64_t completionsSeen_ = 0;
   int readsPerPass_ = 8;
   std::list<std::unique_ptr<Message>> messages_;  // live messages (providers hold contexts)

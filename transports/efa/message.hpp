@@ -31,6 +31,17 @@ inline uint64_t makeTag(int sender, uint32_t seq, uint32_t fragment, bool contro
          static_cast<uint64_t>(seq) << 12 | fragment;
 }
 
+// A failure notice (efa_notice.cpp): control bit, sender, sequence 0 and the last fragment
+// index. A transfer's control messages always carry fragment 0, so no transfer's tag equals
+// it; receivers match any sender by ignoring kSenderBits.
+constexpr uint64_t kSenderBits = 0x7FFFFull << 44;
+inline uint64_t noticeTag(int sender) {
+  return makeTag(sender, 0, kMaxFragments - 1, true);
+}
+inline int senderOfTag(uint64_t tag) {
+  return static_cast<int>((tag & kSenderBits) >> 44);
+}
+
 // The message size as remote CQ data, cut to what the provider carries (EFA: 4 bytes).
 inline uint64_t sizeTag(size_t bytes, const Rail& rail) {
   return rail.cqDataBytes >= 8 ? bytes : (bytes & 0xFFFFFFFFu);
@@ -42,6 +53,7 @@ enum class OpKind : uint8_t {
   kRead,      // a rendezvous fragment pulled by the receiver (fi_read)
   kAnnounce,  // rendezvous: the sender's buffer description (sent / received)
   kDone,      // rendezvous: the receiver's "pulled everything" (sent / received)
+  kNotice,    // a failure notice (sent / received): no Message
 };
 
 inline bool isControl(OpKind kind) {
