@@ -31,7 +31,8 @@ done
   echo "$(date -u +%Y-%m-%d), $(nproc) cores. Rank 1 joins an all-reduce 2 s after rank 0; cpu_s is"
   echo "the CPU time (user + system, whole process) rank 0 used while blocked, wake_us the delay"
   echo "from rank 1's arrival to rank 0's return, lat_us the median 8 B all-reduce. \"spin\" is"
-  echo "TRNCCL_SPIN_TIME_US=-1 (the policy before the wait policy), \"sleep\" the default."
+  echo "TRNCCL_SPIN_TIME_US=-1 (the policy before the wait policy), \"sleep\" the default, and"
+  echo "over efa also TRNCCL_EFA_SLEEP=1 (opt-in: without it an efa wait yields like \"spin\")."
   echo "Each run prints medians [min-max] over its 3 interleaved repeats."
   echo
   for round in $(seq 1 "$rounds"); do

@@ -137,6 +137,9 @@ class Communicator {
   // The wait policy's pieces (comm_wait.cpp).
   bool testWithHealthCheck(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint);
   bool sleepOnce(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint, int64_t napNs);
+  // The same for a wait on an efa peer: sleeps on the completion queues' wait descriptors.
+  bool sleepOnNetwork(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint,
+                      int64_t napNs);
   void failLocked(const Status& status);
   // The flight recorder's view of the running call, then its file (when a directory is set).
   void noteRunningLocked();

@@ -227,6 +227,9 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
   if (std::count(viaEfa.begin(), viaEfa.end(), 1) > 0) {
     auto efaOptions = efa::EfaOptions::fromEnvironment();
     TRNCCL_RETURN_IF_ERROR(efaOptions.status());
+    auto efaSleep = env::getBool(env::kEfaSleep);
+    TRNCCL_RETURN_IF_ERROR(efaSleep.status());
+    efaOptions.value().waitObject = efaSleep.value() && sleepAfterNs_ >= 0;
     auto opened = efa::EfaTransport::open(rank_, nranks_, efaOptions.value());
     TRNCCL_RETURN_IF_ERROR(opened.status());
     efa_ = std::move(opened.value());

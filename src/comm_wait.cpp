@@ -3,11 +3,12 @@
 // for TRNCCL_SPIN_TIME_US it sleeps on the node segment's doorbell (a futex that every store
 // a peer may wait for rings while someone sleeps), so that a rank blocked on a slower peer
 // leaves the core to that peer or to the training computation. Sleeps are bounded: health
-// checks (dead peers, TRNCCL_TIMEOUT) still run. A wait for an efa peer does not sleep: its
-// completions ring no doorbell, and sleeping there (naps of 50 us to 1 ms between reads of the
-// queues) measured 8-10 ms from the peer's send to the return over tcp;ofi_rxm, against
-// 0.13 ms spinning; the provider's wait descriptor is the way to sleep there (not built).
-// When the blocked peer is unknown, naps are as short as for efa.
+// checks (dead peers, TRNCCL_TIMEOUT) still run. A wait for an efa peer yields instead: its
+// completions ring no doorbell, and naps of 50 us to 1 ms between reads of the queues
+// measured 8-10 ms from the peer's send to the return over tcp;ofi_rxm, against 0.13 ms
+// spinning. With TRNCCL_EFA_SLEEP=1 it sleeps on the completion queues' wait descriptors
+// (poll, armed by fi_trywait), which network events make readable; off by default for the
+// costs measured (docs/PERFORMANCE.md). When the blocked peer is unknown, naps are short.
 #include <sched.h>
 
 #include <algorithm>
@@ -24,6 +25,9 @@ constexpr int64_t kShmNapNs = 10'000'000;
 // With efa peers, their completions do not ring it: naps start short and double to this.
 constexpr int64_t kEfaNapMinNs = 50'000;
 constexpr int64_t kEfaNapMaxNs = 1'000'000;
+// Sleeping on the completion queues' wait descriptors, which the network wakes: the nap only
+// bounds how late a dead peer or an expired timeout is noticed, as for shm.
+constexpr int64_t kNetworkNapNs = kShmNapNs;
 
 inline void cpuRelax() {
 #if defined(__x86_64__)
@@ -73,6 +77,18 @@ bool Communicator::sleepOnce(const std::shared_ptr<Operation>& op, Operation::Sp
   return done;
 }
 
+bool Communicator::sleepOnNetwork(const std::shared_ptr<Operation>& op, Operation::SpinHint* hint,
+                                  int64_t napNs) {
+  if (testWithHealthCheck(op, hint)) return true;
+  bool armed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    armed = efa_->armSleep();
+  }
+  if (armed) efa_->sleep(napNs);  // without the lock: another thread may abort meanwhile
+  return false;
+}
+
 Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSeconds) {
   Operation::SpinHint hint;
   if (test(op, &hint)) return op->result;  // the common case for small calls: no clock read
@@ -96,7 +112,8 @@ Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSe
     // TRNCCL_SPIN_COUNT counts progress passes, however long each watches its word.
     if (++polls > spinCount_) {
       const int64_t now = sleepAfterNs_ >= 0 ? nowNs() : 0;
-      if (sleepAfterNs_ < 0 || (hint.overNetwork && hint.blockedOnPeer >= 0)) {
+      const bool onNetwork = hint.overNetwork && hint.blockedOnPeer >= 0;
+      if (sleepAfterNs_ < 0 || (onNetwork && !efa_->canSleep())) {
         sched_yield();
       } else if (stillSinceNs == 0 || hint.progressEvents != events) {
         stillSinceNs = now;
@@ -106,10 +123,10 @@ Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSe
       } else if (now - stillSinceNs < sleepAfterNs_) {
         sched_yield();
       } else {
-        int64_t nap = hint.overNetwork ? napNs : kShmNapNs;
+        int64_t nap = onNetwork ? kNetworkNapNs : hint.overNetwork ? napNs : kShmNapNs;
         if (deadlineSet && timeoutSeconds >= 0)
           nap = std::max<int64_t>(1000, std::min(nap, deadline.endNs() - now));
-        if (sleepOnce(op, &hint, nap)) break;
+        if (onNetwork ? sleepOnNetwork(op, &hint, nap) : sleepOnce(op, &hint, nap)) break;
         if (efa_) napNs = std::min(kEfaNapMaxNs, napNs * 2);
         slept = true;
       }

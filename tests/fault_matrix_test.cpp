@@ -7,7 +7,10 @@
 // a JSON line there; scripts/fault_matrix.sh renders docs/RELIABILITY.md's table from it.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <chrono>
 #include <cstdio>
@@ -81,6 +84,29 @@ void injectLater(const char* fault, trncclComm_t* comm, int delayMs) {
   }).detach();
 }
 
+// A count the rank processes share (runRanks forks them after it is mapped): how many ranks
+// finished the first call, so that the victim's fault cannot catch a slow survivor still in
+// it (the whole communicator fails with the first failure, a call still running included).
+struct FirstCalls {
+  std::atomic<int>* done = nullptr;
+  FirstCalls() {
+    void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared != MAP_FAILED) done = new (shared) std::atomic<int>(0);
+  }
+  ~FirstCalls() {
+    if (done) munmap(done, sizeof(std::atomic<int>));
+  }
+  void finished() {
+    if (done) done->fetch_add(1);
+  }
+  // Until every rank finished its first call (at most 20 s).
+  void waitForAll(int nranks) const {
+    for (auto start = Clock::now(); done && done->load() < nranks && since(start) < 20;)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+};
+
 class FaultMatrix : public ::testing::TestWithParam<Cell> {};
 
 TEST_P(FaultMatrix, SurvivorsNameTheFaultyRankInTime) {
@@ -92,6 +118,7 @@ TEST_P(FaultMatrix, SurvivorsNameTheFaultyRankInTime) {
   if (testing::quickMode() && std::string(layout.name) != "tcp")
     GTEST_SKIP() << "TRNCCL_TEST_QUICK: the tcp layout only";
   const size_t count = 4 << 20;  // 16 MiB of floats: many messages, rendezvous on tcp
+  FirstCalls firstCalls;
   auto outcomes = runRanks(
       3,
       [&](int rank, int n, const trncclUniqueId& id) -> std::string {
@@ -129,6 +156,8 @@ TEST_P(FaultMatrix, SurvivorsNameTheFaultyRankInTime) {
           rc = trncclAllReduce(data.data(), data.data(), 1024, trncclFloat32, trncclSum, comm);
           if (rc != trncclSuccess)
             return std::string("the first call failed: ") + trncclGetLastError(comm);
+          firstCalls.finished();
+          if (victim) firstCalls.waitForAll(n);
           start = Clock::now();
           if (victim) {
             if (fault == "stall") {
@@ -217,6 +246,7 @@ TEST_P(FaultNotice, ReachesTheOtherNodeWithItsCause) {
   const std::string provider = GetParam();
   constexpr double kLongTimeout = 30;
   const size_t count = 4 << 20;
+  FirstCalls firstCalls;
   auto outcomes = runRanks(
       3,
       [&](int rank, int n, const trncclUniqueId& id) -> std::string {
@@ -232,7 +262,11 @@ TEST_P(FaultNotice, ReachesTheOtherNodeWithItsCause) {
         if (trncclAllReduce(data.data(), data.data(), count, trncclFloat32, trncclSum, comm) !=
             trncclSuccess)
           return std::string("first call: ") + trncclGetLastError(comm);
-        if (rank == kVictim) injectLater("abort", &comm, 5);
+        firstCalls.finished();
+        if (rank == kVictim) {
+          firstCalls.waitForAll(n);
+          injectLater("abort", &comm, 5);
+        }
         const auto start = Clock::now();
         trncclResult_t rc = trncclSuccess;
         for (int it = 0; it < 200 && rc == trncclSuccess; ++it)

@@ -62,9 +62,18 @@ TEST(WaitPolicy, BlockedRankSleepsOverShm) {
   blockedRankCpu(false, 0.4);  // the target is 10% of a core (0.2 s); spinning would take ~2 s
 }
 
-// A wait for an efa peer does not sleep (comm_wait.cpp says why): it still completes.
+// By default a wait for an efa peer does not sleep (comm_wait.cpp says why): it still completes.
 TEST(WaitPolicy, BlockedOnAnEfaPeerStillCompletes) {
+  unsetenv("TRNCCL_EFA_SLEEP");
   blockedRankCpu(true, 10.0);
+}
+
+// With TRNCCL_EFA_SLEEP=1 it sleeps on the completion queues' wait descriptors: little CPU,
+// and the right result once the peer arrives.
+TEST(WaitPolicy, BlockedOnAnEfaPeerSleepsWhenAskedTo) {
+  setenv("TRNCCL_EFA_SLEEP", "1", 1);
+  blockedRankCpu(true, 0.4);
+  unsetenv("TRNCCL_EFA_SLEEP");
 }
 
 // With efa peers in the communicator, a wait for a peer of its own node still sleeps: 2

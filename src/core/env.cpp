@@ -28,7 +28,7 @@ const Var kSpinTimeUs{"TRNCCL_SPIN_TIME_US", Kind::kInt, "1000",
                       "progress before it sleeps (on a futex in the node's shared segment that "
                       "peers ring when they publish). A sleeping rank uses almost no CPU and "
                       "wakes some tens of microseconds later. A wait for an efa peer yields but "
-                      "does not sleep. -1 never sleeps."};
+                      "does not sleep unless TRNCCL_EFA_SLEEP=1. -1 never sleeps."};
 const Var kCma{"TRNCCL_CMA", Kind::kBool, "1",
                "Lets ranks of a node copy large blocks straight out of each other's buffers "
                "with process_vm_readv (one copy instead of two through the shared windows), "
@@ -116,6 +116,14 @@ const Var kEfaMrCache{
     "libfabric's own cache, which watches munmap, makes that cheap. '1' caches anyway (safe "
     "only if buffers are never freed while the communicator lives), '0' never caches."};
 
+const Var kEfaSleep{
+    "TRNCCL_EFA_SLEEP", Kind::kBool, "0",
+    "1 lets a rank blocked on an efa peer sleep in poll() on the completion queues' wait "
+    "descriptors once TRNCCL_SPIN_TIME_US passed without progress: about 1% of a core instead "
+    "of a whole one. Off by default: over tcp;ofi_rxm here some wake-ups came ~10 ms late and "
+    "the 8 B latency rose up to 2 us in some runs (docs/PERFORMANCE.md, wait_perf). Where the "
+    "provider has no wait descriptor it has no effect."};
+
 const Var kTopoXml{"TRNCCL_TOPO_XML", Kind::kString, "",
                    "An hwloc XML topology file to use instead of discovering this machine (as "
                    "exported by lstopo --of xml); it decides which NICs are near a rank."};
@@ -199,6 +207,7 @@ const std::vector<const Var*>& all() {
                                                &kEfaRails,
                                                &kEfaRendezvousBytes,
                                                &kEfaMrCache,
+                                               &kEfaSleep,
                                                &kTopoXml,
                                                &kTopoFile,
                                                &kTopoDumpFile,

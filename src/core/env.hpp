@@ -49,6 +49,7 @@ extern const Var kFiProvider;
 extern const Var kEfaRails;
 extern const Var kEfaRendezvousBytes;
 extern const Var kEfaMrCache;
+extern const Var kEfaSleep;
 extern const Var kTopoXml;
 // Topology discovery (docs/TOPOLOGY.md).
 extern const Var kTopoFile;

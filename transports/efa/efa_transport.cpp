@@ -109,7 +109,7 @@ Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
   TRNCCL_RETURN_IF_ERROR(choice.status());
   t->choice_ = std::move(choice.value());
   for (fi_info* info : t->choice_.use) {
-    auto rail = openRail(info);
+    auto rail = openRail(info, options.waitObject);
     TRNCCL_RETURN_IF_ERROR(rail.status());
     if (options.maxQueued) {
       rail.value()->maxSends = std::min(rail.value()->maxSends, options.maxQueued);
@@ -134,6 +134,8 @@ Result<std::unique_ptr<EfaTransport>> EfaTransport::open(int myRank, int nranks,
   const bool pins = info->domain_attr->mr_mode & (FI_MR_LOCAL | FI_MR_ALLOCATED);
   t->cacheUserBuffers_ = options.userMrCache == EfaOptions::UserMrCache::kOn ||
                          (options.userMrCache == EfaOptions::UserMrCache::kAuto && !pins);
+  for (const auto& rail : t->rails_) t->waitFds_.push_back(rail->waitFd);
+  if (std::count(t->waitFds_.begin(), t->waitFds_.end(), -1) > 0) t->waitFds_.clear();
   t->sendsInFlight_.assign(t->rails_.size(), 0);
   t->recvsInFlight_.assign(t->rails_.size(), 0);
   t->fragmentsPerRail_.assign(t->rails_.size(), 0);

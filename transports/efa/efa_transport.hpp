@@ -39,6 +39,9 @@ struct EfaOptions {
   // Caps each rail's outstanding sends and receives below what the provider's queues allow
   // (0 = no cap): tests reach a full budget with a few messages instead of hundreds of MiB.
   size_t maxQueued = 0;
+  // Completion queues with a wait descriptor, so that a rank blocked on a peer can sleep
+  // (armSleep/sleep below). Set when the wait policy sleeps (TRNCCL_SPIN_TIME_US >= 0).
+  bool waitObject = false;
 
   // The options as the TRNCCL_* variables above set them; a bad value is an error naming it.
   static Result<EfaOptions> fromEnvironment();
@@ -106,6 +109,15 @@ class EfaTransport : public Transport {
   // How many times endPass reads the queues while nothing completes (default 8). With more
   // ranks than cores, 1: the peer that would complete something is likely not running.
   void setReadsPerPass(int reads) { readsPerPass_ = std::max(1, reads); }
+
+  // Sleeping until the network has news (src/comm_wait.cpp). canSleep: every rail's queue has
+  // a wait descriptor. armSleep (under the communicator's lock, after a progress pass): true
+  // when nothing is pending, so that whatever arrives from now on wakes sleep (fi_trywait);
+  // false means poll again first. sleep: waits on the descriptors up to ns nanoseconds; it
+  // touches no provider state, so it runs without the lock.
+  bool canSleep() const { return !waitFds_.empty() && !shutDown_; }
+  bool armSleep();
+  void sleep(int64_t ns) const;
 
   // "provider tcp;ofi_rxm, fabric 127.0.0.1/32, domain lo, 2 rail(s), MR mode ..., rma".
   std::string describe() const;
@@ -175,6 +187,7 @@ class EfaTransport : public Transport {
   // Per peer: the sequence number of the message whose turn it is to post (see post()).
   std::vector<uint32_t> nextSendToPost_, nextRecvToPost_;
   bool shutDown_ = false;
+  std::vector<int> waitFds_;        // one per rail when every rail has one, else empty
   bool keepEndpointsOpen_ = false;  // fail() over ofi_rxm: never fi_close them
   // Failure notices (efa_notice.cpp): the receive posted at connect and the sends of fail().
   std::vector<std::unique_ptr<FragmentContext>> notices_;

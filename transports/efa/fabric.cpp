@@ -211,7 +211,7 @@ Result<ProviderChoice> chooseProvider(const std::string& wanted, int rails,
                    tried.c_str(), describeOffered().c_str());
 }
 
-Result<std::unique_ptr<Rail>> openRail(fi_info* info) {
+Result<std::unique_ptr<Rail>> openRail(fi_info* info, bool waitObject) {
   auto rail = std::make_unique<Rail>();
   rail->info = info;
   const char* prov = info->fabric_attr->prov_name;
@@ -226,8 +226,18 @@ Result<std::unique_ptr<Rail>> openRail(fi_info* info) {
   fi_cq_attr cqAttr{};
   cqAttr.format = FI_CQ_FORMAT_TAGGED;
   cqAttr.size = std::max<size_t>(info->tx_attr->size + info->rx_attr->size, 256);
+  // A wait descriptor lets a rank blocked on a peer sleep in poll() (src/comm_wait.cpp). A
+  // provider that offers none (FI_WAIT_NONE only) still opens, and its ranks keep yielding.
+  cqAttr.wait_obj = waitObject ? FI_WAIT_FD : FI_WAIT_NONE;
   rc = fi_cq_open(rail->domain.get(), &cqAttr, rail->cq.out(), nullptr);
+  if (rc && waitObject) {
+    cqAttr.wait_obj = FI_WAIT_NONE;
+    rc = fi_cq_open(rail->domain.get(), &cqAttr, rail->cq.out(), nullptr);
+  }
   if (rc) return fail("fi_cq_open", rc);
+  if (cqAttr.wait_obj == FI_WAIT_FD &&
+      fi_control(&rail->cq.get()->fid, FI_GETWAIT, &rail->waitFd) != 0)
+    rail->waitFd = -1;
   fi_av_attr avAttr{};
   avAttr.type = FI_AV_TABLE;
   rc = fi_av_open(rail->domain.get(), &avAttr, rail->av.out(), nullptr);

@@ -97,9 +97,12 @@ struct Rail {
   size_t maxRecvs = 0;  // rank whose sends fill the queue could never post a receive
   size_t injectBytes = 0;
   size_t cqDataBytes = 0;  // remote CQ data the provider carries (the message size check)
+  int waitFd = -1;         // the completion queue's wait descriptor (FI_WAIT_FD), if any
 };
 
-Result<std::unique_ptr<Rail>> openRail(fi_info* info);
+// waitObject: ask for a completion queue with a wait descriptor (FI_WAIT_FD), falling back to
+// none where the provider refuses it (Rail::waitFd stays -1).
+Result<std::unique_ptr<Rail>> openRail(fi_info* info, bool waitObject = false);
 
 // Inserts one address per peer; returns the fi_addr_t of each, in order.
 Result<std::vector<fi_addr_t>> insertAddresses(Rail& rail, const std::vector<std::string>& addrs);
