@@ -375,6 +375,11 @@ void Communicator::progressLocked() {
       if (status.isOk() && efa_) status = efa_->endPass();
       if (status.isOk() && (++blockedPasses_ & 63) == 0) status = healthLocked(*op);
       if (status.isOk()) return;
+      // A peer's failure notice says why; a connection reset that may follow it does not.
+      if (efa_ && status.code() == Code::kRemoteError) {
+        efa_->progressIdle();
+        if (efa_->noticeOrigin() >= 0) status = efa_->peerFailure();
+      }
       status = status.withContext(
           strformat("rank %d %s on %s: ", rank_, op->description().c_str(), options_.name.c_str()));
     }
@@ -403,7 +408,8 @@ Status Communicator::flush() {
 // one that destroys later (it had other work first) or never at most kFarewellSeconds.
 void Communicator::drainNetwork() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!efa_ || !failure_.isOk()) return;
+  // A peer's failure notice: the job is broken, its farewells would not come.
+  if (!efa_ || !failure_.isOk() || efa_->noticeOrigin() >= 0) return;
   const Deadline deadline = Deadline::after(std::min(kFarewellSeconds, options_.timeoutSeconds));
   struct Farewell {
     TransferOp send, recv;

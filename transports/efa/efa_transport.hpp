@@ -87,8 +87,9 @@ class EfaTransport : public Transport {
   // Whether fail() left the endpoints open (see above).
   bool endpointsLeftOpen() const { return keepEndpointsOpen_; }
   // The first failure notice a peer sent: the rank where that failure started (-1: none came)
-  // and its sentence. Once one came, every progress call fails with "stopped because rank N
-  // failed: ...", as a failure on this node does through the segment.
+  // and its sentence; peerFailure() is "stopped because rank N failed: ...". The communicator
+  // reads it in its health check, which runs only while an operation is blocked -- as it reads
+  // the segment's abort word -- so a call whose data all arrived still completes.
   int noticeOrigin() const { return noticeOrigin_; }
   const std::string& noticeSentence() const { return noticeSentence_; }
   Status peerFailure() const;
