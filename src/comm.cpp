@@ -270,11 +270,13 @@ void Communicator::failLocked(const Status& status) {
     if (segment_.aborted()) {
       origin = segment_.abortRank();
       cause = segment_.abortReason();
-    } else if (efa_ && efa_->noticeOrigin() >= 0) {
-      origin = efa_->noticeOrigin();
-      cause = efa_->noticeSentence();
+    } else {
+      if (efa_ && efa_->noticeOrigin() >= 0) {
+        origin = efa_->noticeOrigin();
+        cause = efa_->noticeSentence();
+      }
+      segment_.raiseAbort(status.code(), origin, cause);
     }
-    if (!segment_.aborted()) segment_.raiseAbort(status.code(), origin, cause);
     // Tells the efa peers, then stops: nothing posted may land in user buffers after this.
     if (efa_) efa_->fail(origin, cause);
     // Logged as a warning when a caller receives it (api/errors.cpp); INFO here has the time.

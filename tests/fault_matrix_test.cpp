@@ -21,6 +21,7 @@
 
 #include "core/env.hpp"
 #include "efa_support.hpp"
+#include "support/fault_row.hpp"
 #include "support/multirank.hpp"
 #include "support/sweep.hpp"
 
@@ -50,32 +51,29 @@ constexpr const char* kPhases[] = {"init", "collective", "p2p"};
 
 using Cell = std::tuple<int, int, int>;  // layout, fault, phase
 
-std::string jsonEscape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
 void record(const Cell& cell, int rank, trncclResult_t rc, double seconds,
             const std::string& text) {
   const std::string path = env::getString(env::kFaultMatrixOut);
   if (path.empty()) return;
   if (FILE* f = std::fopen(path.c_str(), "a")) {
-    std::fprintf(f,
-                 "{\"layout\":\"%s\",\"fault\":\"%s\",\"phase\":\"%s\",\"rank\":%d,"
-                 "\"result\":\"%s\",\"seconds\":%.2f,\"message\":\"%s\"}\n",
-                 kLayouts[std::get<0>(cell)].name, kFaults[std::get<1>(cell)],
-                 kPhases[std::get<2>(cell)], rank, trncclGetErrorString(rc), seconds,
-                 jsonEscape(text).c_str());
+    std::fputs(testing::faultRowJson(kLayouts[std::get<0>(cell)].name, kFaults[std::get<1>(cell)],
+                                     kPhases[std::get<2>(cell)], rank, trncclGetErrorString(rc),
+                                     seconds, text)
+                   .c_str(),
+               f);
     std::fclose(f);
   }
+}
+
+// A rank process's settings for a layout, with TRNCCL_TIMEOUT = timeoutSeconds.
+void joinLayout(const Layout& layout, int rank, const char* timeoutSeconds) {
+  efa::pinSocketProviders("lo", /*overwrite=*/true);
+  setenv("TRNCCL_FI_PROVIDER", layout.provider, 1);
+  if (layout.twoNodes)
+    setenv("TRNCCL_HOSTID", rank < 2 ? "node-a" : "node-b", 1);
+  else
+    setenv("TRNCCL_TRANSPORT", "efa", 1);
+  setenv("TRNCCL_TIMEOUT", timeoutSeconds, 1);
 }
 
 // What the victim does to itself, `delayMs` after the call it runs starts.
@@ -126,13 +124,7 @@ TEST_P(FaultMatrix, SurvivorsNameTheFaultyRankInTime) {
   auto outcomes = runRanks(
       3,
       [&](int rank, int n, const trncclUniqueId& id) -> std::string {
-        efa::pinSocketProviders("lo", /*overwrite=*/true);
-        setenv("TRNCCL_FI_PROVIDER", layout.provider, 1);
-        if (layout.twoNodes)
-          setenv("TRNCCL_HOSTID", rank < 2 ? "node-a" : "node-b", 1);
-        else
-          setenv("TRNCCL_TRANSPORT", "efa", 1);
-        setenv("TRNCCL_TIMEOUT", "2", 1);
+        joinLayout(layout, rank, "2");
         const bool victim = rank == kVictim;
         if (victim && phase == "init" && fault == "stall")
           std::this_thread::sleep_for(kStallPastTimeout);  // joins after the others gave up
@@ -254,10 +246,7 @@ TEST_P(FaultNotice, ReachesTheOtherNodeWithItsCause) {
   auto outcomes = runRanks(
       3,
       [&](int rank, int n, const trncclUniqueId& id) -> std::string {
-        efa::pinSocketProviders("lo", /*overwrite=*/true);
-        setenv("TRNCCL_FI_PROVIDER", provider.c_str(), 1);
-        setenv("TRNCCL_HOSTID", rank < 2 ? "node-a" : "node-b", 1);
-        setenv("TRNCCL_TIMEOUT", "30", 1);
+        joinLayout(Layout{"nodes", provider.c_str(), /*twoNodes=*/true}, rank, "30");
         static trncclComm_t comm = nullptr;  // the injector thread reads it
         comm = nullptr;
         if (trncclCommInitRank(&comm, n, id, rank) != trncclSuccess)

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "support/fault_row.hpp"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -25,21 +27,12 @@ double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-std::string jsonEscape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c == '\n' ? ' ' : c;
-  }
-  return out;
-}
-
 void report(const std::string& layout, const char* phase, int rank, const char* result,
             double seconds, const std::string& message) {
-  std::printf(
-      "{\"layout\":\"%s\",\"fault\":\"loss+delay\",\"phase\":\"%s\",\"rank\":%d,"
-      "\"result\":\"%s\",\"seconds\":%.2f,\"message\":\"%s\"}\n",
-      layout.c_str(), phase, rank, result, seconds, jsonEscape(message).c_str());
+  std::fputs(
+      trnccl::testing::faultRowJson(layout, "loss+delay", phase, rank, result, seconds, message)
+          .c_str(),
+      stdout);
   std::fflush(stdout);
 }
 

@@ -33,7 +33,7 @@ std::string mrModeText(uint64_t mode) {
   return text.empty() ? "none" : text;
 }
 
-// What a failed ofi_rxm transport leaves behind (EfaTransport::shutdown): its rails with their
+// What a failed ofi_rxm transport leaves behind (EfaTransport::fail): its rails with their
 // open endpoints, and everything a posted operation may point at. Reachable from a global that
 // is never destroyed, so neither the destructor nor process exit calls fi_close on them.
 struct LeftOpen {

@@ -26,15 +26,15 @@ inline size_t fragmentBytes(size_t bytes) {
 
 // Tags: 1 bit control (rendezvous "done"), 19 bits of the rank that sends the tagged message,
 // 32 bits of per-pair message sequence, 12 bits of fragment index.
+constexpr uint64_t kSenderBits = 0x7FFFFull << 44;
 inline uint64_t makeTag(int sender, uint32_t seq, uint32_t fragment, bool control = false) {
-  return (control ? 1ull << 63 : 0) | (static_cast<uint64_t>(sender) & 0x7FFFF) << 44 |
+  return (control ? 1ull << 63 : 0) | (static_cast<uint64_t>(sender) << 44 & kSenderBits) |
          static_cast<uint64_t>(seq) << 12 | fragment;
 }
 
 // A failure notice (efa_notice.cpp): control bit, sender, sequence 0 and the last fragment
 // index. A transfer's control messages always carry fragment 0, so no transfer's tag equals
 // it; receivers match any sender by ignoring kSenderBits.
-constexpr uint64_t kSenderBits = 0x7FFFFull << 44;
 inline uint64_t noticeTag(int sender) {
   return makeTag(sender, 0, kMaxFragments - 1, true);
 }
