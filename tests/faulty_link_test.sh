@@ -37,24 +37,10 @@ failures=0
 timeout_s=60
 run_layout() {
   local layout="$1" provider="$2" transport="$3"
-  rm -f "$tmp/id"
-  local common=(TRNCCL_TIMEOUT=$timeout_s TRNCCL_FI_PROVIDER="$provider")
-  [ -n "$transport" ] && common+=(TRNCCL_TRANSPORT="$transport")
+  local settings=(TRNCCL_TIMEOUT=$timeout_s TRNCCL_FI_PROVIDER="$provider")
+  [ -n "$transport" ] && settings+=(TRNCCL_TRANSPORT="$transport")
   local start=$SECONDS
-  # Each namespace is its own host (otherwise both sides would share /dev/shm's segment).
-  ip netns exec "$nsA" env "${common[@]}" TRNCCL_BOOTSTRAP_ADDR="$ipA" FI_TCP_IFACE="$vethA" \
-    FI_NET_IFACE="$vethA" TRNCCL_HOSTID=host-a timeout -k 5 300 "$bin/trnccl-run" -np 2 \
-    --nranks 3 --first-rank 0 --id-file "$tmp/id" "$job" --layout "$layout" \
-    >"$tmp/a.out" 2>"$tmp/a.err" &
-  local pidA=$!
-  ip netns exec "$nsB" env "${common[@]}" FI_TCP_IFACE="$vethB" FI_NET_IFACE="$vethB" \
-    TRNCCL_HOSTID=host-b timeout -k 5 300 "$bin/trnccl-run" -np 1 --nranks 3 --first-rank 2 \
-    --id-file "$tmp/id" "$job" --layout "$layout" >"$tmp/b.out" 2>"$tmp/b.err" &
-  local pidB=$!
-  wait "$pidA"
-  local rcA=$?
-  wait "$pidB"
-  local rcB=$?
+  netns_run_job 2 1 "${settings[@]}" -- "$job" --layout "$layout"
   cat "$tmp/a.out" "$tmp/b.out" | grep '^{' >"$tmp/rows"
   [ -n "${TRNCCL_FAULT_MATRIX_OUT:-}" ] && cat "$tmp/rows" >>"$TRNCCL_FAULT_MATRIX_OUT"
   # 3 ranks x (init + collective) + 2 ranks x p2p, every one a success.
@@ -69,8 +55,8 @@ run_layout() {
   else
     echo "faulty_link: FAIL $layout ($provider): exit $rcA / $rcB, $good phases exact, $bad not"
     sed 's/^/  /' "$tmp/rows"
-    tail -5 "$tmp/a.err" | sed 's/^/  A: /'
-    tail -5 "$tmp/b.err" | sed 's/^/  B: /'
+    grep -v '^{' "$tmp/a.out" | tail -5 | sed 's/^/  A: /'
+    grep -v '^{' "$tmp/b.out" | tail -5 | sed 's/^/  B: /'
     failures=$((failures + 1))
   fi
 }

@@ -3,7 +3,8 @@
 # netns_setup creates and an exit trap removes, a relay that delays every byte (netns_relay.py,
 # behind an nftables redirect: this kernel has no netem), and an nftables rule that drops a
 # share of a namespace's incoming TCP segments. Source it after setting netns_label (the prefix
-# of every line printed); the caller's own cleanup goes in netns_cleanup_extra.
+# of every line printed) and bin (the directory holding trnccl-run); the caller's own cleanup
+# goes in netns_cleanup_extra.
 
 netns_skip() {
   echo "$netns_label: SKIP: $*"
@@ -44,6 +45,35 @@ netns_cleanup() {
   ip netns del "$nsA" 2>/dev/null
   ip netns del "$nsB" 2>/dev/null  # deleting a namespace deletes its end of the veth pair
   rm -rf "$tmp"
+}
+
+# One job across the namespaces, each its own host: $1 ranks in A (the first ones, with the
+# bootstrap root on A's address), $2 ranks in B after them. Then VAR=value settings for both
+# sides, "--", and the command each side's trnccl-run starts. Output (stdout and stderr) goes
+# to $tmp/a.out and $tmp/b.out; sets rcA and rcB to the launchers' exit codes.
+netns_run_job() {
+  local npA="$1" npB="$2"
+  shift 2
+  local settings=()
+  while [ "$1" != "--" ]; do
+    settings+=("$1")
+    shift
+  done
+  shift
+  rm -f "$tmp/id"
+  local ranks=$((npA + npB))
+  ip netns exec "$nsA" env "${settings[@]}" TRNCCL_BOOTSTRAP_ADDR="$ipA" FI_TCP_IFACE="$vethA" \
+    FI_NET_IFACE="$vethA" TRNCCL_HOSTID=host-a timeout -k 5 300 "$bin/trnccl-run" -np "$npA" \
+    --nranks "$ranks" --first-rank 0 --id-file "$tmp/id" "$@" >"$tmp/a.out" 2>&1 &
+  local pidA=$!
+  ip netns exec "$nsB" env "${settings[@]}" FI_TCP_IFACE="$vethB" FI_NET_IFACE="$vethB" \
+    TRNCCL_HOSTID=host-b timeout -k 5 300 "$bin/trnccl-run" -np "$npB" --nranks "$ranks" \
+    --first-rank "$npA" --id-file "$tmp/id" "$@" >"$tmp/b.out" 2>&1 &
+  local pidB=$!
+  wait "$pidA"
+  rcA=$?
+  wait "$pidB"
+  rcB=$?
 }
 
 relay_port=7390

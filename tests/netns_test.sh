@@ -26,21 +26,7 @@ provider="tcp;ofi_rxm"
 run_job() {
   local label="$1" tool="$2"
   shift 2
-  rm -f "$tmp/id"
-  local common=(TRNCCL_TIMEOUT=120 TRNCCL_FI_PROVIDER="$provider")
-  ip netns exec "$nsA" env "${common[@]}" TRNCCL_BOOTSTRAP_ADDR="$ipA" FI_TCP_IFACE="$vethA" \
-    FI_NET_IFACE="$vethA" TRNCCL_HOSTID=host-a "$bin/trnccl-run" -np 2 --nranks 4 --first-rank 0 --id-file "$tmp/id" \
-    "$bin/$tool" "$@" >"$tmp/a.out" 2>&1 &
-  local pidA=$!
-  ip netns exec "$nsB" env "${common[@]}" FI_TCP_IFACE="$vethB" FI_NET_IFACE="$vethB" \
-    TRNCCL_HOSTID=host-b \
-    "$bin/trnccl-run" -np 2 --nranks 4 --first-rank 2 --id-file "$tmp/id" \
-    "$bin/$tool" "$@" >"$tmp/b.out" 2>&1 &
-  local pidB=$!
-  wait "$pidA"
-  local rcA=$?
-  wait "$pidB"
-  local rcB=$?
+  netns_run_job 2 2 TRNCCL_TIMEOUT=120 TRNCCL_FI_PROVIDER="$provider" -- "$bin/$tool" "$@"
   if [ "$rcA" -eq 0 ] && [ "$rcB" -eq 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/a.out"; then
     echo "netns: ok   $provider, $label $tool ($(grep -c '^ *[0-9]' "$tmp/a.out") sizes, #wrong 0)"
   else
