@@ -319,8 +319,9 @@ typedef struct {
   int maxDispatchTokensPerRank; /* most tokens a rank routes per step */
   int maxRecvTokensPerRank;     /* rows (flat) or slots (expert-major) a rank can receive */
   size_t maxTokenBytes;         /* hidden * element size, at most */
-  trncclDataType_t payloadType; /* trncclBfloat16, trncclFloat16, trncclFloat32 or (for
-                                   gradient checks) trncclFloat64 */
+  trncclDataType_t payloadType; /* trncclBfloat16, trncclFloat16, trncclFloat32, (for
+                                   gradient checks) trncclFloat64, or fp8 (trncclFloat8e4m3,
+                                   trncclFloat8e5m2: see trncclEpDispatchScaled) */
   trncclEpMode_t mode;          /* trncclEpModeAuto by default */
 } trncclEpConfig_t;
 
@@ -363,9 +364,27 @@ trncclResult_t trncclEpDispatchAsync(trncclEpRouting_t routing, const void* toke
                                      const float* topkWeights, void* outTokens, float* outWeights,
                                      int64_t* outTopkIdx, size_t outCapacity,
                                      trncclRequest_t* request);
+/* fp8 payloads (trnccl extension). A group whose payloadType is trncclFloat8e4m3 or
+ * trncclFloat8e5m2 dispatches with trncclEpDispatchScaled (trncclEpDispatch refuses it):
+ * tokens are numTokens x hidden fp8 bytes and tokenScales one float per token (the token's
+ * value is element x scale; the engine moves both and never converts). Each received row
+ * (flat) or slot (expert-major) gets its token's scale in outScales ([numRecv] floats).
+ * Experts compute in higher precision, so such a group's combine takes expertTokens and
+ * writes out in bf16 (sums of fp8 would lose the precision the scales keep). Other payload
+ * types refuse the scaled call. */
+trncclResult_t trncclEpDispatchScaled(trncclEpRouting_t routing, const void* tokens,
+                                      const float* tokenScales, size_t hidden,
+                                      const float* topkWeights, void* outTokens, float* outScales,
+                                      float* outWeights, int64_t* outTopkIdx, size_t outCapacity);
+trncclResult_t trncclEpDispatchScaledAsync(trncclEpRouting_t routing, const void* tokens,
+                                           const float* tokenScales, size_t hidden,
+                                           const float* topkWeights, void* outTokens,
+                                           float* outScales, float* outWeights, int64_t* outTopkIdx,
+                                           size_t outCapacity, trncclRequest_t* request);
 /* expertTokens: numRecv x hidden (the experts' outputs, in the dispatch's layout); out:
- * numTokens x hidden. weighted = 0: the contract's unweighted sum; 1 (expert-major only):
- * each slot is scaled by its dispatch weight inside the engine before the sum. */
+ * numTokens x hidden; both of the payload type (bf16 for an fp8 group). weighted = 0: the
+ * contract's unweighted sum; 1 (expert-major only): each slot is scaled by its dispatch weight
+ * inside the engine before the sum. */
 trncclResult_t trncclEpCombine(trncclEpRouting_t routing, const void* expertTokens, size_t hidden,
                                void* out, int weighted);
 trncclResult_t trncclEpCombineAsync(trncclEpRouting_t routing, const void* expertTokens,

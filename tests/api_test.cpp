@@ -324,6 +324,64 @@ TEST(CppWrapper, RaiiAndExceptions) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+// The MoE wrapper sizes element bytes from the payload: fp8 rows of 1 byte dispatched with their
+// scales, combined in bf16 (2 bytes), fp64 rows of 8.
+TEST(CppWrapper, MoeFp8DispatchScaledAndBf16Combine) {
+  auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& raw) {
+    Failures f;
+    try {
+      trnccl::Comm comm(n, trnccl::UniqueId::fromRaw(raw), rank);
+      const size_t T = 3, H = 5;
+      trncclEpConfig_t config = TRNCCL_EP_CONFIG_INITIALIZER;
+      config.numExperts = 2;
+      config.maxDispatchTokensPerRank = 4;
+      config.maxRecvTokensPerRank = 8;
+      config.maxTokenBytes = H;
+      config.payloadType = trncclFloat8e5m2;
+      config.mode = trncclEpModeNormal;
+      trnccl::EpGroup group(comm, config);
+      // Every token to expert 1 (rank 1): rank 1 receives both ranks' tokens.
+      const std::vector<int32_t> topk(T, 1);
+      auto routing = group.route(std::span<const int32_t>(topk), 1, trncclEpLayoutFlat);
+      const size_t rows = routing.numRecv();
+      if (rows != (rank == 1 ? 2 * T : 0)) f.add("rank %d receives %zu rows", rank, rows);
+      std::vector<uint8_t> tokens(T * H);
+      std::vector<float> scales(T);
+      for (size_t t = 0; t < T; ++t) {
+        scales[t] = static_cast<float>(rank * 10 + t);
+        for (size_t h = 0; h < H; ++h)
+          tokens[t * H + h] = static_cast<uint8_t>(rank * 50 + t * H + h);
+      }
+      std::vector<uint8_t> outTokens(2 * T * H);
+      std::vector<float> outScales(2 * T), outWeights(2 * T);
+      routing.dispatchScaled(std::span<const uint8_t>(tokens), std::span<const float>(scales), H,
+                             std::span<const float>(), std::span<uint8_t>(outTokens),
+                             std::span<float>(outScales), std::span<float>(outWeights));
+      for (size_t j = 0; j < rows; ++j) {
+        const size_t src = j / T, t = j % T;
+        if (outScales[j] != static_cast<float>(src * 10 + t) ||
+            outTokens[j * H] != static_cast<uint8_t>(src * 50 + t * H))
+          f.add("row %zu: scale %g byte %d", j, outScales[j], outTokens[j * H]);
+      }
+      // bf16 1.0 (0x3f80) from the expert: each token comes back as 1.0.
+      std::vector<uint16_t> expertOut(std::max<size_t>(rows, 1) * H, 0x3f80), out(T * H);
+      routing.combine(std::span<const uint16_t>(expertOut), H, std::span<uint16_t>(out));
+      if (out[0] != 0x3f80 || out[T * H - 1] != 0x3f80) f.add("combine gave %#x", out[0]);
+      try {  // the fp8 group refuses the unscaled dispatch
+        routing.dispatch(std::span<const uint8_t>(tokens), H, std::span<const float>(),
+                         std::span<uint8_t>(outTokens), std::span<float>(outWeights));
+        f.add("unscaled fp8 dispatch did not throw");
+      } catch (const trnccl::Error& e) {
+        if (!std::strstr(e.what(), "trncclEpDispatchScaled")) f.add("unexpected: %s", e.what());
+      }
+    } catch (const std::exception& e) {
+      f.add("threw: %s", e.what());
+    }
+    return f.text();
+  });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
 TEST(Determinism, AllReduceBitwiseEqualOnEveryRankAndRun) {
   for (const char* algo : {"direct", "ring"}) {
     std::string algorithm = algo;

@@ -279,13 +279,15 @@ class Comm {
 };
 
 // MoE token dispatch and combine (include/trnccl.h, trncclEp*). Token buffers are spans of any
-// element type whose bytes hold the group's payload type (bf16 has no C++ type: use uint16_t).
+// element type whose bytes hold the group's payload type (bf16 has no C++ type: use uint16_t;
+// fp8: uint8_t). An fp8 group dispatches with dispatchScaled and combines in bf16.
 class EpRouting {
  public:
   EpRouting(EpRouting&& other) noexcept
       : raw_(std::exchange(other.raw_, nullptr)),
         comm_(other.comm_),
         tokenBytes_(other.tokenBytes_),
+        combineBytes_(other.combineBytes_),
         topk_(other.topk_),
         numTokens_(other.numTokens_),
         localExperts_(other.localExperts_),
@@ -296,6 +298,7 @@ class EpRouting {
       raw_ = std::exchange(other.raw_, nullptr);
       comm_ = other.comm_;
       tokenBytes_ = other.tokenBytes_;
+      combineBytes_ = other.combineBytes_;
       topk_ = other.topk_;
       numTokens_ = other.numTokens_;
       localExperts_ = other.localExperts_;
@@ -347,12 +350,30 @@ class EpRouting {
           comm_);
     return Request(raw);
   }
+  // fp8 groups: scales holds one float per token, outScales one per received row or slot.
+  template <typename T>
+  void dispatchScaled(std::span<const T> tokens, std::span<const float> scales, size_t hidden,
+                      std::span<const float> weights, std::span<T> outTokens,
+                      std::span<float> outScales, std::span<float> outWeights,
+                      std::span<int64_t> outIdx = {}) {
+    size_t rows = checkDispatch(tokens.size_bytes(), hidden, weights.size(), outTokens.size_bytes(),
+                                outWeights.size(), outIdx.size());
+    if (scales.size() < numTokens_)
+      throw Error(trncclInvalidArgument,
+                  "EpRouting::dispatchScaled: scales needs one float per token");
+    rows = std::min(rows, outScales.size());
+    check(trncclEpDispatchScaled(raw_, tokens.data(), scales.data(), hidden,
+                                 weights.empty() ? nullptr : weights.data(), outTokens.data(),
+                                 outScales.data(), outWeights.empty() ? nullptr : outWeights.data(),
+                                 outIdx.empty() ? nullptr : outIdx.data(), rows),
+          comm_);
+  }
   // out: numTokens x hidden, the sum of every row or slot that came from each token.
   template <typename T>
   void combine(std::span<const T> expertTokens, size_t hidden, std::span<T> out,
                bool weighted = false) {
-    if (out.size_bytes() < numTokens_ * hidden * tokenBytes_ ||
-        expertTokens.size_bytes() < numRecv() * hidden * tokenBytes_)
+    if (out.size_bytes() < numTokens_ * hidden * combineBytes_ ||
+        expertTokens.size_bytes() < numRecv() * hidden * combineBytes_)
       throw Error(trncclInvalidArgument,
                   "EpRouting::combine: out needs numTokens x hidden and expertTokens numRecv() x "
                   "hidden elements");
@@ -361,11 +382,12 @@ class EpRouting {
 
  private:
   friend class EpGroup;
-  EpRouting(trncclEpRouting_t raw, trncclComm_t comm, size_t tokenBytes, int topk, size_t numTokens,
-            int localExperts, trncclEpLayout_t layout)
+  EpRouting(trncclEpRouting_t raw, trncclComm_t comm, size_t tokenBytes, size_t combineBytes,
+            int topk, size_t numTokens, int localExperts, trncclEpLayout_t layout)
       : raw_(raw),
         comm_(comm),
         tokenBytes_(tokenBytes),
+        combineBytes_(combineBytes),
         topk_(topk),
         numTokens_(numTokens),
         localExperts_(localExperts),
@@ -390,7 +412,8 @@ class EpRouting {
   }
   trncclEpRouting_t raw_ = nullptr;
   trncclComm_t comm_ = nullptr;
-  size_t tokenBytes_ = 0;
+  size_t tokenBytes_ = 0;    // bytes per element dispatched
+  size_t combineBytes_ = 0;  // bytes per element combined (bf16 for fp8 groups)
   int topk_ = 0;
   size_t numTokens_ = 0;
   int localExperts_ = 0;
@@ -402,7 +425,8 @@ class EpGroup {
  public:
   EpGroup(const Comm& comm, const trncclEpConfig_t& config)
       : comm_(comm.get()),
-        tokenBytes_(config.payloadType == trncclFloat32 ? 4 : 2),
+        tokenBytes_(elementBytes(config.payloadType)),
+        combineBytes_(isFp8(config.payloadType) ? 2 : tokenBytes_),
         localExperts_(config.numExperts / std::max(1, comm.size())) {
     check(trncclEpGroupCreate(comm_, &config, &raw_), comm_);
   }
@@ -410,6 +434,7 @@ class EpGroup {
       : raw_(std::exchange(other.raw_, nullptr)),
         comm_(other.comm_),
         tokenBytes_(other.tokenBytes_),
+        combineBytes_(other.combineBytes_),
         localExperts_(other.localExperts_) {}
   EpGroup(const EpGroup&) = delete;
   EpGroup& operator=(const EpGroup&) = delete;
@@ -431,13 +456,19 @@ class EpGroup {
     check(trncclEpCreateRouting(raw_, topkIdx.data(), DataType<Index>::value, numTokens, topk,
                                 layout, &raw),
           comm_);
-    return EpRouting(raw, comm_, tokenBytes_, topk, numTokens, localExperts_, layout);
+    return EpRouting(raw, comm_, tokenBytes_, combineBytes_, topk, numTokens, localExperts_,
+                     layout);
   }
 
  private:
+  static bool isFp8(trncclDataType_t t) { return t == trncclFloat8e4m3 || t == trncclFloat8e5m2; }
+  static size_t elementBytes(trncclDataType_t t) {
+    return t == trncclFloat64 ? 8 : t == trncclFloat32 ? 4 : isFp8(t) ? 1 : 2;
+  }
   trncclEpGroup_t raw_ = nullptr;
   trncclComm_t comm_ = nullptr;
   size_t tokenBytes_ = 2;
+  size_t combineBytes_ = 2;
   int localExperts_ = 0;
 };
 

@@ -76,8 +76,9 @@ trncclResult_t engineCall(const char* fn, trnccl::CollKind kind, trncclEpRouting
 
 trncclResult_t dispatch(trncclEpRouting_t routing, const trnccl::moe::DispatchArgs& args,
                         trncclRequest_t* request, bool async) {
-  return engineCall(async ? "trncclEpDispatchAsync" : "trncclEpDispatch",
-                    trnccl::CollKind::kMoeDispatch, routing, args, request, async,
+  const char* fn = args.scaled ? (async ? "trncclEpDispatchScaledAsync" : "trncclEpDispatchScaled")
+                               : (async ? "trncclEpDispatchAsync" : "trncclEpDispatch");
+  return engineCall(fn, trnccl::CollKind::kMoeDispatch, routing, args, request, async,
                     trnccl::moe::checkDispatch, "topk=%ld",
                     routing ? static_cast<long>(routing->impl->topk) : 0L,
                     [&args](std::shared_ptr<trnccl::moe::Routing> impl) {
@@ -183,6 +184,31 @@ trncclResult_t trncclEpDispatchAsync(trncclEpRouting_t routing, const void* toke
   return dispatch(routing,
                   {tokens, hidden, topkWeights, outTokens, outWeights, outTopkIdx, outCapacity},
                   request, true);
+}
+
+trncclResult_t trncclEpDispatchScaled(trncclEpRouting_t routing, const void* tokens,
+                                      const float* tokenScales, size_t hidden,
+                                      const float* topkWeights, void* outTokens, float* outScales,
+                                      float* outWeights, int64_t* outTopkIdx, size_t outCapacity) {
+  trnccl::moe::DispatchArgs args{tokens,     hidden,     topkWeights, outTokens,
+                                 outWeights, outTopkIdx, outCapacity};
+  args.scaled = true;
+  args.tokenScales = tokenScales;
+  args.outScales = outScales;
+  return dispatch(routing, args, nullptr, false);
+}
+
+trncclResult_t trncclEpDispatchScaledAsync(trncclEpRouting_t routing, const void* tokens,
+                                           const float* tokenScales, size_t hidden,
+                                           const float* topkWeights, void* outTokens,
+                                           float* outScales, float* outWeights, int64_t* outTopkIdx,
+                                           size_t outCapacity, trncclRequest_t* request) {
+  trnccl::moe::DispatchArgs args{tokens,     hidden,     topkWeights, outTokens,
+                                 outWeights, outTopkIdx, outCapacity};
+  args.scaled = true;
+  args.tokenScales = tokenScales;
+  args.outScales = outScales;
+  return dispatch(routing, args, request, true);
 }
 
 trncclResult_t trncclEpCombine(trncclEpRouting_t routing, const void* expertTokens, size_t hidden,

@@ -70,7 +70,7 @@ void sumRows(trncclDataType_t type, void* dst, const void* const* srcs, int n, s
 namespace {
 
 void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, Staging& st) {
-  const trncclDataType_t type = rt.group->config.payload;
+  const trncclDataType_t type = rt.group->config.combineType();
   const int K = rt.topk;
   const size_t rows = rt.recvRows();
   std::vector<const void*> srcs(K);
@@ -151,7 +151,7 @@ Status planCombine(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
   const EpGroup& g = *rt.group;
   Staging& st = *g.staging;
   const int n = g.nranks(), me = g.rank();
-  const size_t rowBytes = a.hidden * dtypeSize(g.config.payload);
+  const size_t rowBytes = a.hidden * dtypeSize(g.config.combineType());
   const size_t rows = rt.sendBegin[n];
 
   // checkCombine saw a dispatch queued before this call; it has run by now.
@@ -188,7 +188,7 @@ Status planCombine(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
                            ? byteAt(expertRows, (rt.recvBegin[me] + (p - selfBegin)) * rowBytes)
                            : st.recvRows.data() + (p * rowBytes));
       }
-      sumRows(rt.group->config.payload, byteAt(args.out, t * rowBytes), srcs.data(),
+      sumRows(rt.group->config.combineType(), byteAt(args.out, t * rowBytes), srcs.data(),
               static_cast<int>(srcs.size()), args.hidden, rowBytes);
     }
     return Status::ok();

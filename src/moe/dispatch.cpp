@@ -3,6 +3,8 @@
 // into their place in the caller's output (flat) or into staging that is then scattered into
 // the expert zones (expert-major), and writes the weights and local ids the layout asks for.
 // The counts were fixed by the routing, so nothing is exchanged but the rows and weights.
+// A scaled (fp8) dispatch moves each row with its token's scale appended, so every mode
+// carries the scales without a message of their own.
 
 #include "core/dtype.hpp"
 #include "moe/ep_group.hpp"
@@ -22,11 +24,25 @@ Status checkRowBytes(const Routing& routing, size_t hidden, const char* fn) {
 
 Status checkDispatch(const Routing& routing, const DispatchArgs& a) {
   const EpGroup& g = *routing.group;
-  const char* fn = "trncclEpDispatch";
+  const char* fn = a.scaled ? "trncclEpDispatchScaled" : "trncclEpDispatch";
+  if (g.config.fp8() && !a.scaled)
+    return makeError(Code::kInvalidArgument,
+                     "rank %d %s: the group's payload is %s, whose tokens travel with one scale "
+                     "per token; call trncclEpDispatchScaled",
+                     g.rank(), fn, dtypeName(g.config.payload));
+  if (!g.config.fp8() && a.scaled)
+    return makeError(Code::kInvalidArgument,
+                     "rank %d %s: per-token scales go with fp8 payloads (f8e4m3, f8e5m2) and the "
+                     "group's payload is %s; call trncclEpDispatch",
+                     g.rank(), fn, dtypeName(g.config.payload));
   TRNCCL_RETURN_IF_ERROR(checkRowBytes(routing, a.hidden, fn));
   if (routing.numTokens > 0 && !a.tokens)
     return makeError(Code::kInvalidArgument, "rank %d %s: tokens is NULL with %zu tokens", g.rank(),
                      fn, routing.numTokens);
+  if (a.scaled && routing.numTokens > 0 && !a.tokenScales)
+    return makeError(Code::kInvalidArgument,
+                     "rank %d %s: tokenScales is NULL with %zu tokens (one float per token)",
+                     g.rank(), fn, routing.numTokens);
   // Low latency: the counts come with the dispatch, so outputs must hold the worst case.
   const size_t need = routing.lowLatency ? routing.lowLatencyCapacity : routing.received();
   const char* unit = routing.layout == trncclEpLayoutFlat ? "rows" : "slots";
@@ -39,8 +55,50 @@ Status checkDispatch(const Routing& routing, const DispatchArgs& a) {
   if (need > 0 && !a.outTokens)
     return makeError(Code::kInvalidArgument, "rank %d %s: outTokens is NULL but %zu %s arrive",
                      g.rank(), fn, need, unit);
+  if (a.scaled && need > 0 && !a.outScales)
+    return makeError(Code::kInvalidArgument,
+                     "rank %d %s: outScales is NULL but %zu %s arrive (one scale each)", g.rank(),
+                     fn, need, unit);
   return Status::ok();
 }
+
+namespace {
+
+// Scaled dispatch: where a row's scale sits in its wire row (after the fp8 bytes, aligned).
+size_t scaleOffset(size_t payloadBytes) {
+  return (payloadBytes + alignof(float) - 1) / alignof(float) * alignof(float);
+}
+
+// The caller's tokens with their scales appended into staging, and the outputs redirected to
+// staging of the wire rows; finishDispatch splits them into the caller's buffers.
+DispatchArgs withScales(const Routing& rt, const DispatchArgs& a, size_t payloadBytes) {
+  Staging& st = *rt.group->staging;
+  DispatchArgs wire = a;
+  wire.rowBytes = scaleOffset(payloadBytes) + sizeof(float);
+  st.scaledIn.resize(rt.numTokens * wire.rowBytes);
+  for (size_t t = 0; t < rt.numTokens; ++t) {
+    char* row = st.scaledIn.data() + (t * wire.rowBytes);
+    copyBytes(row, byteAt(a.tokens, t * payloadBytes), payloadBytes);
+    copyBytes(row + scaleOffset(payloadBytes), a.tokenScales + t, sizeof(float));
+  }
+  st.scaledOut.resize((rt.lowLatency ? rt.lowLatencyCapacity : rt.received()) * wire.rowBytes);
+  wire.tokens = st.scaledIn.data();
+  wire.callerOutTokens = a.outTokens;
+  wire.outTokens = st.scaledOut.data();
+  return wire;
+}
+
+void splitScales(const Routing& rt, const DispatchArgs& wire) {
+  const size_t payloadBytes = wire.hidden * dtypeSize(rt.group->config.payload);
+  const char* rows = static_cast<const char*>(wire.outTokens);
+  for (size_t j = 0; j < rt.received(); ++j) {
+    const char* row = rows + (j * wire.rowBytes);
+    copyBytes(byteAt(wire.callerOutTokens, j * payloadBytes), row, payloadBytes);
+    copyBytes(wire.outScales + j, row + scaleOffset(payloadBytes), sizeof(float));
+  }
+}
+
+}  // namespace
 
 namespace {
 
@@ -77,6 +135,7 @@ Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes) {
       copyBytes(args.outWeights, st.recvWeights.data(), recvRows * K * sizeof(float));
     if (args.outIdx)
       for (size_t e = 0; e < recvRows * K; ++e) args.outIdx[e] = rt.recvIds[e];
+    if (args.scaled) splitScales(rt, args);
     return Status::ok();
   }
   rt.slotWeights.assign(rt.recvSlots(), 0.0f);
@@ -94,6 +153,7 @@ Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes) {
   }
   if (args.outWeights)
     copyBytes(args.outWeights, rt.slotWeights.data(), rt.slotWeights.size() * sizeof(float));
+  if (args.scaled) splitScales(rt, args);
   return Status::ok();
 }
 
@@ -232,11 +292,14 @@ Status planLowLatency(ScheduleBuilder& b, const std::shared_ptr<Routing>& routin
 Status planDispatch(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
                     const DispatchArgs& a) {
   const Routing& rt = *routing;
-  const size_t rowBytes = a.hidden * dtypeSize(rt.group->config.payload);
-  if (rt.hierarchical) return planDispatchHierarchical(b, routing, a);
-  pack(rt, a, rowBytes, *rt.group->staging);
-  if (rt.lowLatency) return planLowLatency(b, routing, a, rowBytes);
-  exchangeRows(b, routing, a, rowBytes, /*weightsToo=*/true);
+  const size_t payloadBytes = a.hidden * dtypeSize(rt.group->config.payload);
+  DispatchArgs args = a;
+  args.rowBytes = payloadBytes;
+  if (a.scaled) args = withScales(rt, a, payloadBytes);
+  if (rt.hierarchical) return planDispatchHierarchical(b, routing, args);
+  pack(rt, args, args.rowBytes, *rt.group->staging);
+  if (rt.lowLatency) return planLowLatency(b, routing, args, args.rowBytes);
+  exchangeRows(b, routing, args, args.rowBytes, /*weightsToo=*/true);
   return Status::ok();
 }
 

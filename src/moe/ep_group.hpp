@@ -31,6 +31,10 @@ struct EpConfig {
   size_t maxTokenBytes = 0;
   trncclDataType_t payload = trncclBfloat16;
   trncclEpMode_t mode = trncclEpModeAuto;
+  bool fp8() const { return payload == trncclFloat8e4m3 || payload == trncclFloat8e5m2; }
+  // What combine sums: the payload, or bf16 for fp8 groups (experts compute in higher
+  // precision, and fp8 sums would lose what the per-token scales keep).
+  trncclDataType_t combineType() const { return fp8() ? trncclBfloat16 : payload; }
 };
 
 // Auto mode picks low latency up to this many tokens per rank (decode-sized batches).
@@ -48,6 +52,7 @@ struct Staging {
   std::vector<char> metaOut, metaIn;  // low latency: per peer, count + ids + weights
   std::vector<char> hop1Out, hop1In, hop2Out, hop2In;  // hierarchical: each hop's messages
   std::vector<char> partial;                           // hierarchical combine: proxy sums
+  std::vector<char> scaledIn, scaledOut;  // scaled (fp8) dispatch: rows with their scale
 };
 
 struct EpGroup {
@@ -169,6 +174,15 @@ struct DispatchArgs {
   float* outWeights = nullptr;
   int64_t* outIdx = nullptr;
   size_t outCapacity = 0;
+  // Scaled (fp8) dispatch: one scale per token in, one per row or slot out. The plan moves
+  // each row with its scale appended (staging scaledIn/scaledOut) and splits them at the end.
+  bool scaled = false;
+  const float* tokenScales = nullptr;
+  float* outScales = nullptr;
+  // Set by planDispatch: the bytes a row occupies on the wire (hidden elements, + the scale),
+  // and the caller's outTokens while outTokens points at scaledOut.
+  size_t rowBytes = 0;
+  void* callerOutTokens = nullptr;
 };
 struct CombineArgs {
   const void* expertTokens = nullptr;

@@ -55,9 +55,18 @@ struct NodeMap {
   }
 };
 
-// Message layout of both hops: a peer's rows, then their weights (topk floats each).
+// Message layout of both hops: a peer's rows, then their weights (topk floats each) from the
+// next multiple of 4 bytes, so the floats are aligned whatever the row size (an odd hidden of
+// a 2-byte type, an fp8 row) and so is the next message.
+size_t rowsBytes(size_t rows, size_t rowBytes) {
+  return (rows * rowBytes + alignof(float) - 1) / alignof(float) * alignof(float);
+}
 size_t messageBytes(size_t rows, size_t rowBytes, int K) {
-  return rows * (rowBytes + K * sizeof(float));
+  return rowsBytes(rows, rowBytes) + rows * K * sizeof(float);
+}
+template <typename Byte>
+Byte* weightsOf(Byte* msg, size_t rows, size_t rowBytes) {
+  return msg + rowsBytes(rows, rowBytes);
 }
 
 }  // namespace
@@ -273,7 +282,7 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
   Staging& st = *rt.group->staging;
   const int K = rt.topk, N = static_cast<int>(h.proxyOfNode.size());
   const int myNode = rt.group->comm->topology().nodeOf(rt.group->rank());
-  const size_t rowBytes = a.hidden * dtypeSize(rt.group->config.payload);
+  const size_t rowBytes = a.rowBytes;
   const size_t wBytes = K * sizeof(float);
 
   // Hop 1: rows and all top-k weights to each other node's proxy.
@@ -288,7 +297,7 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
     for (size_t i = 0; i < rows; ++i) {
       const size_t t = h.hop1Token[h.hop1Begin[node] + i];
       copyBytes(msg + i * rowBytes, byteAt(a.tokens, t * rowBytes), rowBytes);
-      float* w = reinterpret_cast<float*>(msg + rows * rowBytes + i * wBytes);
+      float* w = reinterpret_cast<float*>(weightsOf(msg, rows, rowBytes) + i * wBytes);
       for (int k = 0; k < K; ++k) w[k] = a.weights ? a.weights[t * K + k] : 1.0f;
     }
   }
@@ -328,8 +337,8 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
       }
       const size_t i = servedIndex[s], rows = h.hop1InBegin[i + 1] - h.hop1InBegin[i];
       const char* msg = st.hop1In.data() + (inAt[i]);
-      *weights =
-          reinterpret_cast<const float*>(msg + rows * rowBytes + (s - h.hop1InBegin[i]) * wBytes);
+      *weights = reinterpret_cast<const float*>(weightsOf(msg, rows, rowBytes) +
+                                                (s - h.hop1InBegin[i]) * wBytes);
       return msg + (s - h.hop1InBegin[i]) * rowBytes;
     };
     std::vector<size_t> outAt(width2 + 1, 0), inAt2(width2 + 1, 0);
@@ -347,7 +356,7 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
         const size_t hr = h.hop2Begin[di] + i;
         const float* topk = nullptr;
         copyBytes(msg + i * rowBytes, source(h.hop2Row[hr], &topk), rowBytes);
-        float* w = reinterpret_cast<float*>(msg + rows * rowBytes + i * wBytes);
+        float* w = reinterpret_cast<float*>(weightsOf(msg, rows, rowBytes) + i * wBytes);
         for (int j = 0; j < K; ++j) {
           const int k = h.hop2K[hr * K + j];
           w[j] = k < 0 ? 0.0f : (topk ? topk[k] : 1.0f);
@@ -382,7 +391,8 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
         for (size_t i = 0; i < rows; ++i) {
           const size_t f = h.finalRow[h.hop2InBegin[pi] + i];
           copyBytes(byteAt(rowsInto, f * rowBytes), msg + i * rowBytes, rowBytes);
-          copyBytes(st.recvWeights.data() + (f * K), msg + rows * rowBytes + i * wBytes, wBytes);
+          copyBytes(st.recvWeights.data() + (f * K), weightsOf(msg, rows, rowBytes) + i * wBytes,
+                    wBytes);
         }
       }
       return finishDispatch(rt, args, rowBytes);
@@ -397,7 +407,7 @@ Status planCombineHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing
   const Routing& rt = *routing;
   const HierarchicalLayout& h = rt.hier;
   Staging& st = *rt.group->staging;
-  const size_t rowBytes = a.hidden * dtypeSize(rt.group->config.payload);
+  const size_t rowBytes = a.hidden * dtypeSize(rt.group->config.combineType());
   const int width2 = static_cast<int>(h.nodeRanks.size());
   const char* expertRows = expertRowsInFlatOrder(rt, a, rowBytes, st);
 
@@ -427,7 +437,7 @@ Status planCombineHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing
     const Routing& rt = *routing;
     const HierarchicalLayout& h = rt.hier;
     Staging& st = *rt.group->staging;
-    const trncclDataType_t type = rt.group->config.payload;
+    const trncclDataType_t type = rt.group->config.combineType();
     const int me = rt.group->rank(), N = static_cast<int>(h.proxyOfNode.size());
     const int myNode = rt.group->comm->topology().nodeOf(me);
     // The proxy's sums: per proxy row, its rows' results by ascending rank.
@@ -473,7 +483,7 @@ Status planCombineHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing
           parts.push_back(part >= 0 ? st.recvRows.data() + (part * rowBytes)
                                     : st.partial.data() + ((-1 - part) * rowBytes));
         }
-        sumRows(rt.group->config.payload, byteAt(args.out, t * rowBytes), parts.data(),
+        sumRows(rt.group->config.combineType(), byteAt(args.out, t * rowBytes), parts.data(),
                 static_cast<int>(parts.size()), args.hidden, rowBytes);
       }
       return Status::ok();

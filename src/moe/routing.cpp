@@ -220,10 +220,10 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
                       "maxDispatchTokensPerRank=%d (and neither negative)",
                       r, config.maxRecvTokens, config.maxDispatchTokens);
   else if (config.payload != trncclBfloat16 && config.payload != trncclFloat16 &&
-           config.payload != trncclFloat32 && config.payload != trncclFloat64)
+           config.payload != trncclFloat32 && config.payload != trncclFloat64 && !config.fp8())
     local = makeError(Code::kInvalidArgument,
                       "rank %d trncclEpGroupCreate: payload type %s is not supported (bf16, fp16, "
-                      "fp32 or fp64)",
+                      "fp32, fp64, or fp8 e4m3/e5m2 with per-token scales)",
                       r, dtypeName(config.payload));
   else if (config.mode < trncclEpModeAuto || config.mode > trncclEpModeHierarchical)
     local = makeError(Code::kInvalidArgument,
