@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstring>
 
 namespace trnccl::bench::moe {
@@ -20,8 +21,7 @@ bool Baseline::countsExchange(const std::vector<int>& sendCounts, std::vector<in
 }
 
 bool Baseline::exchange(const void* send, const std::vector<size_t>& sendRows, void* recv,
-                        const std::vector<size_t>& recvRows) {
-  const size_t row = shape_.rowBytes();
+                        const std::vector<size_t>& recvRows, size_t row) {
   const int n = nranks_;
   if (over_ == Over::kMpi) {
     // MPI counts are ints: in bytes they overflow past 2 GiB, far beyond these shapes.
@@ -51,7 +51,10 @@ bool Baseline::exchange(const void* send, const std::vector<size_t>& sendRows, v
 bool Baseline::roundTrip(const Workload& w, void* out) {
   const Shape& s = shape_;
   const int n = nranks_, L = s.experts / n, K = s.topk;
-  const size_t row = s.rowBytes();
+  // fp8: a row travels with its token's scale after it (one all-to-all-v, as frameworks pack
+  // them), the experts dequantize it and answer in bf16.
+  const size_t payload = s.rowBytes(), row = payload + (s.fp8() ? sizeof(float) : 0);
+  const size_t back = s.combineRowBytes();
   // Per-expert counts, exchanged; the host waits for them before it can size anything.
   std::vector<int> perExpert(s.experts, 0), fromPeers;
   for (int64_t e : w.topkIdx)
@@ -75,25 +78,40 @@ bool Baseline::roundTrip(const Workload& w, void* out) {
       if (e < 0) continue;
       const size_t slot = next[e]++;
       order_[slot] = t * K + k;
-      std::memcpy(&sendBuf_[slot * row], &w.tokens[t * row], row);
+      std::memcpy(&sendBuf_[slot * row], &w.tokens[t * payload], payload);
+      if (s.fp8()) std::memcpy(&sendBuf_[slot * row + payload], &w.scales[t], sizeof(float));
     }
   size_t received = 0;
   for (size_t r : recvRows) received += r;
   recvBuf_.resize(received * row);
-  backBuf_.resize(pairs * row);
-  if (!exchange(sendBuf_.data(), sendRows, recvBuf_.data(), recvRows)) return false;
-  // (The experts would run here; identity experts return what came in.)
-  if (!exchange(recvBuf_.data(), recvRows, backBuf_.data(), sendRows)) return false;
+  backBuf_.resize(pairs * back);
+  if (!exchange(sendBuf_.data(), sendRows, recvBuf_.data(), recvRows, row)) return false;
+  // (The experts would run here; identity experts return what came in, dequantized if fp8.)
+  const char* expertOut = recvBuf_.data();
+  if (s.fp8()) {
+    const auto start = std::chrono::steady_clock::now();
+    expertBuf_.resize(received * back);
+    for (size_t r = 0; r < received; ++r) {
+      float scale;
+      std::memcpy(&scale, &recvBuf_[r * row + payload], sizeof scale);
+      dequantizeRows(s.dtype, &recvBuf_[r * row], &scale, 1, s.hidden, &expertBuf_[r * back]);
+    }
+    expertOut = expertBuf_.data();
+    expertUs_ +=
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  }
+  if (!exchange(expertOut, recvRows, backBuf_.data(), sendRows, back)) return false;
   // Inverse permute and weighted sum, accumulated in fp32 per token (vectorized row loops,
   // as a framework's fused kernel would be).
   acc_.assign(s.tokens * s.hidden, 0.0f);
   for (size_t slot = 0; slot < pairs; ++slot) {
     const size_t pair = order_[slot], t = pair / K;
-    addScaledRow(s.dtype, w.weights[pair], &backBuf_[slot * row], &acc_[t * s.hidden], s.hidden);
+    addScaledRow(s.combineType(), w.weights[pair], &backBuf_[slot * back], &acc_[t * s.hidden],
+                 s.hidden);
   }
   for (size_t t = 0; t < s.tokens; ++t)
-    storeRow(s.dtype, &acc_[t * s.hidden], static_cast<char*>(out) + t * row, s.hidden);
-  sentBytes_ = (pairs - sendRows[rank_]) * row;
+    storeRow(s.combineType(), &acc_[t * s.hidden], static_cast<char*>(out) + t * back, s.hidden);
+  sentBytes_ = (pairs - sendRows[rank_]) * payload;  // the tokens, as the engine counts
   return true;
 }
 

@@ -13,6 +13,41 @@ size_t Shape::rowBytes() const {
   return hidden * dtypeSize(dtype);
 }
 
+size_t Shape::combineRowBytes() const {
+  return hidden * dtypeSize(combineType());
+}
+
+float fp8ToFloat(trncclDataType_t type, uint8_t byte) {
+  if (type == trncclFloat8e5m2) return fp16ToFloat(static_cast<uint16_t>(byte << 8));
+  const float sign = byte & 0x80 ? -1.0f : 1.0f;
+  const int exponent = (byte >> 3) & 0xF, mantissa = byte & 7;
+  if (exponent == 0) return sign * std::ldexp(mantissa / 8.0f, -6);  // subnormal
+  return sign * std::ldexp(1.0f + mantissa / 8.0f, exponent - 7);
+}
+
+void dequantizeRows(trncclDataType_t type, const void* rows, const float* scales, size_t count,
+                    size_t hidden, void* bf16Out) {
+  // Per row, the 256 possible values already scaled and rounded: one lookup per element, as a
+  // fused dequantizing kernel would cost next to the copy.
+  float table[256];
+  for (int b = 0; b < 256; ++b) table[b] = fp8ToFloat(type, static_cast<uint8_t>(b));
+  const uint8_t* in = static_cast<const uint8_t*>(rows);
+  uint16_t* out = static_cast<uint16_t*>(bf16Out);
+  uint16_t scaled[256];
+  for (size_t r = 0; r < count; ++r) {
+    for (int b = 0; b < 256; ++b) scaled[b] = floatToBf16(table[b] * scales[r]);
+    for (size_t h = 0; h < hidden; ++h) out[r * hidden + h] = scaled[in[r * hidden + h]];
+  }
+}
+
+// A random finite fp8 byte (e4m3: 0x7f/0xff are NaN; e5m2: exponent 31 is inf/NaN).
+uint8_t randomFp8(trncclDataType_t type, std::mt19937_64& rng) {
+  for (;;) {
+    const uint8_t b = static_cast<uint8_t>(rng());
+    if (type == trncclFloat8e4m3 ? (b & 0x7F) != 0x7F : (b & 0x7C) != 0x7C) return b;
+  }
+}
+
 float loadPayload(trncclDataType_t type, const void* base, size_t i) {
   switch (type) {
     case trncclBfloat16: return bf16ToFloat(static_cast<const uint16_t*>(base)[i]);
@@ -86,6 +121,13 @@ Workload makeWorkload(int rank, const Shape& s) {
     for (int k = 0; k < s.topk; ++k) w.weights[t * s.topk + k] /= weightSum;
   }
   w.tokens.resize(s.tokens * s.rowBytes());
+  if (s.fp8()) {
+    std::uniform_real_distribution<float> scale(0.01f, 0.1f);
+    w.scales.resize(s.tokens);
+    for (float& v : w.scales) v = scale(rng);
+    for (char& b : w.tokens) b = static_cast<char>(randomFp8(s.dtype, rng));
+    return w;
+  }
   std::uniform_real_distribution<float> value(-2.0f, 2.0f);
   for (size_t i = 0; i < s.tokens * s.hidden; ++i)
     storePayload(s.dtype, w.tokens.data(), i, value(rng));
@@ -93,15 +135,19 @@ Workload makeWorkload(int rank, const Shape& s) {
 }
 
 size_t countWrong(const Shape& s, const Workload& w, const void* out) {
-  const double tolerance = s.dtype == trncclFloat32 ? 1e-5 : s.dtype == trncclFloat16 ? 2e-3 : 2e-2;
+  const trncclDataType_t outType = s.combineType();
+  const double tolerance = outType == trncclFloat32 ? 1e-5 : outType == trncclFloat16 ? 2e-3 : 2e-2;
   size_t wrong = 0;
   for (size_t t = 0; t < s.tokens; ++t) {
     double scale = 0;
     for (int k = 0; k < s.topk; ++k)
       if (w.topkIdx[t * s.topk + k] >= 0) scale += w.weights[t * s.topk + k];
     for (size_t h = 0; h < s.hidden; ++h) {
-      const double x = loadPayload(s.dtype, w.tokens.data(), t * s.hidden + h);
-      const double got = loadPayload(s.dtype, out, t * s.hidden + h);
+      const size_t i = t * s.hidden + h;
+      const double x = s.fp8() ? fp8ToFloat(s.dtype, static_cast<uint8_t>(w.tokens[i])) *
+                                     static_cast<double>(w.scales[t])
+                               : loadPayload(s.dtype, w.tokens.data(), i);
+      const double got = loadPayload(outType, out, i);
       if (std::fabs(got - x * scale) > tolerance * (std::fabs(x) + 1e-3)) ++wrong;
     }
   }
@@ -115,13 +161,21 @@ bool parseDtype(const std::string& name, trncclDataType_t* type) {
     *type = trncclFloat16;
   else if (name == "fp32" || name == "float" || name == "float32")
     *type = trncclFloat32;
+  else if (name == "fp8" || name == "fp8_e4m3" || name == "f8e4m3")
+    *type = trncclFloat8e4m3;
+  else if (name == "fp8_e5m2" || name == "f8e5m2")
+    *type = trncclFloat8e5m2;
   else
     return false;
   return true;
 }
 
 const char* dtypeLabel(trncclDataType_t type) {
-  return type == trncclBfloat16 ? "bf16" : type == trncclFloat16 ? "fp16" : "fp32";
+  return type == trncclBfloat16     ? "bf16"
+         : type == trncclFloat16    ? "fp16"
+         : type == trncclFloat8e4m3 ? "fp8_e4m3"
+         : type == trncclFloat8e5m2 ? "fp8_e5m2"
+                                    : "fp32";
 }
 
 }  // namespace trnccl::bench::moe
