@@ -441,13 +441,61 @@ Result<CostParams> parseTuning(const std::string& text, const std::string& origi
       base.of(link.value()) = cost;
       continue;
     }
+    if (key == "moe") {
+      MoeTuning entry;
+      entry.line = lineNo;
+      for (const std::string& field : fields) {
+        const size_t eq = field.find('=');
+        const std::string name = field.substr(0, eq);
+        const std::string value = eq == std::string::npos ? "" : field.substr(eq + 1);
+        if (name == "mode") {
+          if (value != "normal" && value != "low_latency" && value != "hierarchical")
+            return fail("moe mode='" + value + "' is not normal, low_latency or hierarchical");
+          entry.mode = value;
+          continue;
+        }
+        int* small = name == "ranks"   ? &entry.ranks
+                     : name == "nodes" ? &entry.nodes
+                     : name == "topk"  ? &entry.topk
+                                       : nullptr;
+        long* large = name == "tokens"         ? &entry.tokens
+                      : name == "hidden_bytes" ? &entry.hiddenBytes
+                                               : nullptr;
+        if (!small && !large)
+          return fail("unknown moe field '" + name +
+                      "' (ranks, nodes, tokens, mode, hidden_bytes, topk)");
+        char* end = nullptr;
+        const long number = std::strtol(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || number <= 0 || number >= (1L << 31))
+          return fail("moe " + name + "='" + value + "' is not a positive integer");
+        if (small)
+          *small = static_cast<int>(number);
+        else
+          *large = number;
+      }
+      if (!entry.ranks || !entry.nodes || !entry.tokens || entry.mode.empty())
+        return fail("a moe entry needs ranks=, nodes=, tokens= and mode=");
+      if (entry.nodes > entry.ranks) return fail("moe nodes= is larger than ranks=");
+      if (entry.mode == "hierarchical" && entry.nodes == 1)
+        return fail("moe mode=hierarchical needs nodes= of 2 or more");
+      for (const MoeTuning& earlier : base.moe)
+        if (earlier.ranks == entry.ranks && earlier.nodes == entry.nodes &&
+            earlier.tokens == entry.tokens && earlier.line > 0)
+          return fail(
+              strformat("a second moe entry for ranks=%d nodes=%d tokens=%ld (line %d "
+                        "has one)",
+                        entry.ranks, entry.nodes, entry.tokens, earlier.line));
+      base.moe.push_back(entry);
+      continue;
+    }
     double* target = key == "step_us"       ? &base.stepUs
                      : key == "sync_us"     ? &base.syncUs
                      : key == "copy_gbps"   ? &base.copyGBps
                      : key == "reduce_gbps" ? &base.reduceGBps
                                             : nullptr;
     if (!target)
-      return fail("unknown key '" + key + "' (link, step_us, sync_us, copy_gbps, reduce_gbps)");
+      return fail("unknown key '" + key +
+                  "' (link, step_us, sync_us, copy_gbps, reduce_gbps, moe)");
     if (fields.size() != 1) return fail("'" + key + "' takes one number");
     auto number = positive(fields[0], key.c_str(), key == "step_us" || key == "sync_us");
     if (!number.isOk()) return fail(number.status().message());
@@ -468,7 +516,30 @@ std::string tuningText(const CostParams& c) {
                       c.link[i].gbps);
   text += strformat("step_us %.3f\nsync_us %.3f\ncopy_gbps %.3f\nreduce_gbps %.3f\n", c.stepUs,
                     c.syncUs, c.copyGBps, c.reduceGBps);
+  for (const MoeTuning& m : c.moe) {
+    text += strformat("moe ranks=%d nodes=%d tokens=%ld mode=%s", m.ranks, m.nodes, m.tokens,
+                      m.mode.c_str());
+    if (m.hiddenBytes) text += strformat(" hidden_bytes=%ld", m.hiddenBytes);
+    if (m.topk) text += strformat(" topk=%d", m.topk);
+    text += "\n";
+  }
   return text;
+}
+
+const MoeTuning* CostParams::moeEntry(int ranks, int nodes, long tokens) const {
+  const MoeTuning* best = nullptr;
+  double bestDistance = 0;
+  for (const MoeTuning& m : moe) {
+    if (m.ranks != ranks || m.nodes != nodes) continue;
+    // Nearest in ratio; on a tie the larger measurement (a batch grows into it).
+    const double distance = std::fabs(
+        std::log(static_cast<double>(std::max(1L, tokens)) / static_cast<double>(m.tokens)));
+    if (!best || distance < bestDistance || (distance == bestDistance && m.tokens > best->tokens)) {
+      best = &m;
+      bestDistance = distance;
+    }
+  }
+  return best;
 }
 
 Result<CostParams> loadCosts(const topology::Discovery& found, const std::string& tuningPath) {

@@ -22,6 +22,18 @@ struct LinkCost {
 
 inline constexpr int kLinkClassCount = 4;  // topology::LinkClass: self, neuronlink, shm, efa
 
+// A measured choice of the MoE engine's mode (trnccl-tune --moe) for groups in auto mode on
+// `ranks` ranks over `nodes` nodes: the entry whose tokens is nearest (in ratio) to a group's
+// maxDispatchTokensPerRank decides. hiddenBytes and topk record the shape it was measured on.
+struct MoeTuning {
+  int ranks = 0, nodes = 0;
+  long tokens = 0;
+  std::string mode;  // "normal", "low_latency" or "hierarchical"
+  long hiddenBytes = 0;
+  int topk = 0;
+  int line = 0;  // in the tuning file, for the INFO log
+};
+
 struct CostParams {
   LinkCost link[kLinkClassCount];
   double stepUs = 0;      // software cost of one schedule round (posting, progress passes)
@@ -29,6 +41,9 @@ struct CostParams {
   double copyGBps = 1;    // a rank copying into or out of shared windows
   double reduceGBps = 1;  // a reduction, counted in bytes of output
   std::string origin;     // "this machine's defaults", "TRNCCL_TUNING_FILE=/p", ...
+  std::vector<MoeTuning> moe;
+  // The entry for a group of ranks over nodes routing up to tokens per rank, or nullptr.
+  const MoeTuning* moeEntry(int ranks, int nodes, long tokens) const;
   const LinkCost& of(topology::LinkClass c) const { return link[static_cast<int>(c)]; }
   LinkCost& of(topology::LinkClass c) { return link[static_cast<int>(c)]; }
 };
@@ -41,8 +56,10 @@ CostParams machineCosts();
 CostParams hardwareCosts(const topology::DeviceGraph& graph);
 
 // The tuning file: "trnccl-tuning 1", then lines "link <class> alpha_us=<x> gbps=<y>",
-// "step_us <x>", "sync_us <x>", "copy_gbps <x>", "reduce_gbps <x>"; '#' starts a comment. Fields it
-// does not name keep base's values. Errors name origin, the line and the field.
+// "step_us <x>", "sync_us <x>", "copy_gbps <x>", "reduce_gbps <x>", and MoE entries "moe ranks=<n>
+// nodes=<m> tokens=<t> mode=<normal|low_latency|hierarchical> [hidden_bytes=<b>] [topk=<k>]";
+// '#' starts a comment. Fields it does not name keep base's values. Errors name origin, the line
+// and the field.
 Result<CostParams> parseTuning(const std::string& text, const std::string& origin, CostParams base);
 std::string tuningText(const CostParams& costs);
 // The costs a communicator (or trnccl-topo) plans with: hardwareCosts when the device graph

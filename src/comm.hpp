@@ -75,6 +75,8 @@ class Communicator {
   void drainNetwork();
 
   const topology::Topology& topology() const { return topology_; }
+  // The cost model and tuning entries the planner (and the MoE engine's auto mode) use.
+  const CostParams& costs() const { return planner_->costs(); }
   // What this rank sent to and received from each peer, and over which transport.
   struct PeerTrafficEntry {
     int peer;

@@ -5,7 +5,10 @@
 // case checks that combine is bitwise reproducible on random data, where order matters.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -740,6 +743,76 @@ TEST(MoeErrors, BadInputFailsOnEveryRankWithAClearMessage) {
         expectError(f, "config mismatch", rc, trncclInvalidUsage, lastErrorOf(comm),
                     {"configuration", "every rank must pass the same"});
       });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// A tuning file's moe entries (trnccl-tune --moe) choose the mode of groups in auto mode: the
+// entry nearest the group's batch size, over auto's own rule, unless the capacity cannot hold
+// the low-latency mode's worst case. A low-latency routing has no counts before its first
+// dispatch, which tells the modes apart; each group still delivers the reference result.
+TEST(MoeTuning, AutoModeFollowsTheTuningFile) {
+  char dir[] = "/tmp/trnccl-moe-tuning-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/moe.tuning";
+  {
+    FILE* file = std::fopen(path.c_str(), "w");
+    ASSERT_NE(file, nullptr);
+    std::fputs(
+        "trnccl-tuning 1\n"
+        "moe ranks=2 nodes=1 tokens=16 mode=normal\n"
+        "moe ranks=2 nodes=1 tokens=1024 mode=low_latency\n",
+        file);
+    std::fclose(file);
+  }
+  auto outcomes = withComm(
+      2,
+      [&](int rank) {
+        setupLayout("shm", rank);
+        setenv("TRNCCL_TUNING_FILE", path.c_str(), 1);
+      },
+      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+        const struct {
+          int maxTokens, recvPerRank;
+          bool lowLatency;
+          const char* why;
+        } cases[] = {
+            {20, 2 * 20 * 8, false, "auto's rule says low latency at 20 tokens; the file normal"},
+            {900, 2 * 900 * 8, true, "auto's rule says normal at 900 tokens; the file low latency"},
+            {900, 900, false, "the file says low latency but the capacity cannot hold it"},
+        };
+        for (const auto& c : cases) {
+          const Shape s{16, 2, 4, 24, false};
+          trncclEpConfig_t config = TRNCCL_EP_CONFIG_INITIALIZER;
+          config.numExperts = s.E;
+          config.maxDispatchTokensPerRank = c.maxTokens;
+          config.maxRecvTokensPerRank = c.recvPerRank;
+          config.maxTokenBytes = s.H * 4;
+          config.payloadType = trncclFloat32;
+          trncclEpGroup_t group = nullptr;
+          if (trncclEpGroupCreate(comm, &config, &group) != trncclSuccess) {
+            f.add("%s: group: %s", c.why, trncclGetLastError(comm));
+            continue;
+          }
+          auto idx = routingOf(rank, s, 3);
+          trncclEpRouting_t routing = nullptr;
+          if (trncclEpCreateRouting(group, idx.data(), trncclInt64, s.T, s.K, trncclEpLayoutFlat,
+                                    &routing) == trncclSuccess) {
+            size_t numRecv = 0;
+            const bool countsKnown =
+                trncclEpRoutingGetCounts(routing, &numRecv, nullptr, 0) == trncclSuccess;
+            if (countsKnown == c.lowLatency)
+              f.add("%s: the group is %s", c.why, countsKnown ? "normal" : "low latency");
+            trncclEpRoutingDestroy(routing);
+          } else {
+            f.add("%s: routing: %s", c.why, trncclGetLastError(comm));
+          }
+          runStep(f, group, rank, nranks, s, trncclFloat32, trncclEpLayoutFlat, false, 7,
+                  c.lowLatency ? size_t(nranks) * c.maxTokens : 0);
+          trncclEpGroupDestroy(group);
+        }
+      });
+  std::remove(path.c_str());
+  rmdir(dir);
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 

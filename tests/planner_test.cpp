@@ -19,6 +19,8 @@ TEST(TuningFile, WrittenTextLoadsBackTheSameNumbers) {
   tuned.syncUs = 0.125;
   tuned.copyGBps = 7;
   tuned.reduceGBps = 3.5;
+  tuned.moe.push_back({4, 2, 128, "hierarchical", 4096, 8, 0});
+  tuned.moe.push_back({2, 1, 16, "low_latency", 0, 0, 0});
   auto back = parseTuning(tuningText(tuned), "test", CostParams{});
   ASSERT_TRUE(back.isOk()) << back.status().message();
   EXPECT_EQ(tuningText(back.value()), tuningText(tuned));
@@ -58,6 +60,21 @@ TEST(TuningFile, EveryKindOfMistakeIsRefusedNamingTheLineAndField) {
       {"trnccl-tuning 1\ncopy_gbps 0\n", "line 2: copy_gbps='0' is not a positive number"},
       {"trnccl-tuning 1\nreduce_gbps nan\n", "line 2: reduce_gbps='nan'"},
       {"trnccl-tuning 1\nwarp_factor 9\n", "line 2: unknown key 'warp_factor'"},
+      {"trnccl-tuning 1\nmoe ranks=2 nodes=1 tokens=8\n",
+       "line 2: a moe entry needs ranks=, nodes=, tokens= and mode="},
+      {"trnccl-tuning 1\nmoe ranks=2 nodes=1 tokens=8 mode=fast\n",
+       "line 2: moe mode='fast' is not normal, low_latency or hierarchical"},
+      {"trnccl-tuning 1\nmoe ranks=2 nodes=1 tokens=-8 mode=normal\n",
+       "line 2: moe tokens='-8' is not a positive integer"},
+      {"trnccl-tuning 1\nmoe ranks=2 nodes=1 tokens=8 mode=normal chunk=4\n",
+       "line 2: unknown moe field 'chunk'"},
+      {"trnccl-tuning 1\nmoe ranks=2 nodes=1 tokens=8 mode=hierarchical\n",
+       "line 2: moe mode=hierarchical needs nodes= of 2 or more"},
+      {"trnccl-tuning 1\nmoe ranks=2 nodes=3 tokens=8 mode=normal\n",
+       "line 2: moe nodes= is larger than ranks="},
+      {"trnccl-tuning 1\nmoe ranks=2 nodes=1 tokens=8 mode=normal\n"
+       "moe ranks=2 nodes=1 tokens=8 mode=low_latency\n",
+       "line 3: a second moe entry for ranks=2 nodes=1 tokens=8 (line 2 has one)"},
   };
   for (const auto& c : cases) {
     auto parsed = parseTuning(c.text, "TRNCCL_TUNING_FILE=/t", machineCosts());
@@ -66,6 +83,25 @@ TEST(TuningFile, EveryKindOfMistakeIsRefusedNamingTheLineAndField) {
     EXPECT_NE(parsed.status().message().find(c.expected), std::string::npos)
         << c.text << " -> " << parsed.status().message();
   }
+}
+
+TEST(TuningFile, TheMoeEntryNearestTheBatchSizeDecides) {
+  auto parsed = parseTuning(
+      "trnccl-tuning 1\n"
+      "moe ranks=4 nodes=2 tokens=16 mode=low_latency\n"
+      "moe ranks=4 nodes=2 tokens=1024 mode=hierarchical\n"
+      "moe ranks=4 nodes=1 tokens=64 mode=normal\n",
+      "t", machineCosts());
+  ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
+  const CostParams& c = parsed.value();
+  EXPECT_EQ(c.moeEntry(4, 2, 8)->mode, "low_latency");
+  EXPECT_EQ(c.moeEntry(4, 2, 100)->mode, "low_latency");   // 100/16 < 1024/100
+  EXPECT_EQ(c.moeEntry(4, 2, 200)->mode, "hierarchical");  // 200/16 > 1024/200
+  EXPECT_EQ(c.moeEntry(4, 2, 128)->mode, "hierarchical");  // a tie: the larger batch
+  EXPECT_EQ(c.moeEntry(4, 2, 1 << 20)->mode, "hierarchical");
+  EXPECT_EQ(c.moeEntry(4, 1, 1 << 20)->mode, "normal");
+  EXPECT_EQ(c.moeEntry(4, 2, 8)->line, 2);
+  EXPECT_EQ(c.moeEntry(8, 2, 8), nullptr);  // measured on another shape of job
 }
 
 TEST(CostModel, TimesGrowWithSizeAndShapesThatDoNotFitAreNever) {

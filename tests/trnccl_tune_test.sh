@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # trnccl-tune as a user runs it: two ranks under trnccl-run measure every link class this
 # machine has (shm, efa over libfabric on loopback, neuronlink emulated), write a tuning file
-# that trnccl-topo reads back, and a job planning with it (TRNCCL_TUNING_FILE) runs and says so.
-# Usage: trnccl_tune_test.sh TRNCCL_TUNE TRNCCL_TOPO TRNCCL_RUN ALL_REDUCE_PERF
+# that trnccl-topo reads back, and a job planning with it (TRNCCL_TUNING_FILE) runs and says so;
+# then --moe on 4 ranks over 2 emulated nodes adds its moe entries to the same file, and a MoE
+# job in auto mode takes its mode from them.
+# Usage: trnccl_tune_test.sh TRNCCL_TUNE TRNCCL_TOPO TRNCCL_RUN ALL_REDUCE_PERF MOE_DISPATCH_PERF
 set -uo pipefail
-tune="$1" topo="$2" run="$3" perf="$4"
+tune="$1" topo="$2" run="$3" perf="$4" moe="$5"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -32,4 +34,23 @@ check "a job with TRNCCL_TUNING_FILE runs and checks its results" \
   grep -q "Out of bounds values : 0 OK" "$tmp/job.out"
 check "  ... and plans with the file's numbers" grep -q "costs: TRNCCL_TUNING_FILE=" "$tmp/job.out"
 check "--help describes the tool" bash -c "'$tune' --help | grep -q 'trnccl-run -np 2 trnccl-tune'"
+
+cp "$tmp/host.tuning" "$tmp/before.tuning"
+check "trnccl-tune --moe ran on 4 ranks over 2 nodes" \
+  "$run" -np 4 --hostids a,b "$tune" --moe --quick -H 64 -T 4,64 -o "$tmp/host.tuning"
+cat "$tmp/host.tuning"
+check "  ... one moe entry per batch size, each naming the fastest of the three modes" \
+  bash -c "[ \$(grep -cE '^moe ranks=4 nodes=2 tokens=(4|64) mode=(normal|low_latency|hierarchical) .*# normal [0-9.]+, low_latency [0-9.]+, hierarchical [0-9.]+\$' '$tmp/host.tuning') = 2 ]"
+check "  ... and the file's other lines kept" \
+  bash -c "grep -v '^moe\|^# moe' '$tmp/host.tuning' | cmp -s - '$tmp/before.tuning'"
+check "a second run replaces its own entries only" \
+  bash -c "'$run' -np 4 --hostids a,b '$tune' --moe --quick -H 64 -T 8 -o '$tmp/host.tuning' >/dev/null &&
+           [ \$(grep -c '^moe ranks=4 nodes=2' '$tmp/host.tuning') = 1 ] &&
+           grep -q '^moe ranks=4 nodes=2 tokens=8 ' '$tmp/host.tuning'"
+TRNCCL_TUNING_FILE="$tmp/host.tuning" TRNCCL_DEBUG=INFO TRNCCL_DEBUG_SUBSYS=MOE \
+  "$run" -np 4 --hostids a,b "$moe" -m auto -T 8 -H 64 -n 1 -w 0 -r 1 -c 1 > "$tmp/moe.out" 2>&1
+check "a MoE job in auto mode takes its mode from the file" \
+  grep -q "(auto: TRNCCL_TUNING_FILE=$tmp/host.tuning line [0-9]*, measured on 4 ranks over 2 nodes at 8 tokens" "$tmp/moe.out"
+check "  ... and its results check" \
+  awk '$1 == 8 { seen = 1; if ($NF != 0) bad = 1 } END { exit bad || !seen }' "$tmp/moe.out"
 exit $fail

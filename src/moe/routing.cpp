@@ -10,6 +10,7 @@
 
 #include "core/dtype.hpp"
 #include "core/log.hpp"
+#include "core/strformat.hpp"
 #include "moe/ep_group.hpp"
 
 namespace trnccl::moe {
@@ -284,6 +285,29 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
                       (config.mode == trncclEpModeAuto &&
                        config.maxDispatchTokens <= kLowLatencyMaxTokens && worstCaseFits);
   group->hierarchical = config.mode == trncclEpModeHierarchical;
+  std::string why =
+      config.mode != trncclEpModeAuto ? "asked for"
+      : group->lowLatency
+          ? "auto: decode-sized batches, and the receive capacity holds every rank's"
+          : "auto: batches past the low-latency limit, or a receive capacity below the worst case";
+  // A tuning file's measured choice (trnccl-tune --moe) overrides auto's rule. Every rank holds
+  // the same file (the communicator compared them at init), so every rank resolves alike.
+  const CostParams& costs = group->comm->costs();
+  const int nodes = group->comm->topology().nnodes();
+  const MoeTuning* tuned = config.mode == trncclEpModeAuto
+                               ? costs.moeEntry(n, nodes, config.maxDispatchTokens)
+                               : nullptr;
+  if (tuned && tuned->mode == "low_latency" && !worstCaseFits) {
+    why += strformat(
+        " (%s line %d measured low_latency best, but maxRecvTokensPerRank=%d is "
+        "below its worst case of nranks x maxDispatchTokensPerRank)",
+        costs.origin.c_str(), tuned->line, config.maxRecvTokens);
+  } else if (tuned) {
+    group->lowLatency = tuned->mode == "low_latency";
+    group->hierarchical = tuned->mode == "hierarchical";
+    why = strformat("auto: %s line %d, measured on %d ranks over %d nodes at %ld tokens per rank",
+                    costs.origin.c_str(), tuned->line, tuned->ranks, tuned->nodes, tuned->tokens);
+  }
   TRNCCL_INFO(log::kMoe,
               "%s rank %d: EP group of %d ranks, %d experts (%d per rank), at most %d tokens "
               "out and %d in per rank, %zu-byte tokens of %s; mode %s (%s)",
@@ -293,11 +317,7 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
               group->lowLatency     ? "low latency"
               : group->hierarchical ? "hierarchical"
                                     : "normal",
-              config.mode != trncclEpModeAuto ? "asked for"
-              : group->lowLatency
-                  ? "auto: decode-sized batches, and the receive capacity holds every rank's"
-                  : "auto: batches past the low-latency limit, or a receive capacity below the "
-                    "worst case");
+              why.c_str());
   return group;
 }
 

@@ -26,6 +26,7 @@
 #include "core/reduce.hpp"
 #include "core/strformat.hpp"
 #include "core/text_file.hpp"
+#include "tools/tune_moe.hpp"
 #include "trnccl.h"
 
 using namespace trnccl;
@@ -42,6 +43,8 @@ const char* kUsage =
     "cannot be set up here keeps its default and the file says so.\n"
     "  -o FILE   where rank 0 writes the file (default: standard output)\n"
     "  --quick   fewer repetitions (a smoke test; the numbers are noisier)\n"
+    "  --moe     instead, the MoE engine's mode per batch size on any number of ranks (see\n"
+    "            trnccl-tune --moe --help)\n"
     "libfabric's tcp provider must stay on loopback: set FI_TCP_IFACE=lo (and FI_NET_IFACE=lo).\n";
 
 using Clock = std::chrono::steady_clock;
@@ -222,6 +225,8 @@ void hostSpeeds(const Job& job, double* copyGBps, double* reduceGBps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--moe") == 0) return tools::tuneMoe(argc, argv);
   std::string output;
   Job job;
   for (int i = 1; i < argc; ++i) {
