@@ -507,7 +507,7 @@ TEST(Faults, InitBlamesTheRankThatDied) {
     auto outcomes = runRanks(
         3,
         [&](int rank, int n, const trncclUniqueId& id) {
-          setenv("TRNCCL_TIMEOUT", "4", 1);  // a rank killed before the rendezvous: found missing
+          setenv("TRNCCL_TIMEOUT", "2", 1);  // a rank killed before the rendezvous: found missing
           if (rank == 2) {
             const int delayUs = 150 * round;  // 0 to 2.1 ms into init (which takes 1-3 ms)
             std::thread([delayUs] {

@@ -518,7 +518,11 @@ TEST_P(Moe, Fp8RowsTravelWithTheirScalesAndCombineInBf16) {
       n, [&](int rank) { setupLayout(layout, rank); },
       [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
         uint64_t salt = 500;
-        for (trncclDataType_t type : {trncclFloat8e4m3, trncclFloat8e5m2})
+        // The engine never looks inside fp8 bytes: under the sanitizers (quick mode) one type.
+        const std::vector<trncclDataType_t> types =
+            quickMode() ? std::vector<trncclDataType_t>{trncclFloat8e4m3}
+                        : std::vector<trncclDataType_t>{trncclFloat8e4m3, trncclFloat8e5m2};
+        for (trncclDataType_t type : types)
           for (trncclEpMode_t mode :
                {trncclEpModeNormal, trncclEpModeLowLatency, trncclEpModeHierarchical}) {
             const int K = type == trncclFloat8e4m3 ? 3 : 1;

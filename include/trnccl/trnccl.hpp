@@ -361,10 +361,11 @@ class EpRouting {
     if (scales.size() < numTokens_)
       throw Error(trncclInvalidArgument,
                   "EpRouting::dispatchScaled: scales needs one float per token");
-    rows = std::min(rows, outScales.size());
+    if (!outScales.empty()) rows = std::min(rows, outScales.size());
     check(trncclEpDispatchScaled(raw_, tokens.data(), scales.data(), hidden,
                                  weights.empty() ? nullptr : weights.data(), outTokens.data(),
-                                 outScales.data(), outWeights.empty() ? nullptr : outWeights.data(),
+                                 outScales.empty() ? nullptr : outScales.data(),
+                                 outWeights.empty() ? nullptr : outWeights.data(),
                                  outIdx.empty() ? nullptr : outIdx.data(), rows),
           comm_);
   }

@@ -133,8 +133,8 @@ double timeMode(trncclComm_t comm, int rank, int nranks, const MoeShape& s, long
   const size_t capacity = static_cast<size_t>(config.maxRecvTokensPerRank);
   std::vector<char> received(capacity * rowBytes);
   std::vector<float> slotWeights(capacity);
-  // About 2 MiB of tokens per timing, at least one step.
-  const int iterations = static_cast<int>(std::max<size_t>(1, (2u << 20) / (T * rowBytes)));
+  // About 2 MiB of tokens per timing: one step for large batches, at most 20 for small ones.
+  const int iterations = static_cast<int>(std::clamp<size_t>((2u << 20) / (T * rowBytes), 1, 20));
   std::vector<double> samples;
   for (int rep = -1; rep < s.repeats && !*failed; ++rep) {  // rep -1 warms up
     *failed |= !ok(trncclBarrier(comm), rank, "barrier", comm);

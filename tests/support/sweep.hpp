@@ -45,6 +45,27 @@ inline std::vector<size_t> sweepCounts() {
   if (quickMode()) return {0, 1, 7, 1023};
   return {0, 1, 7, 1023, (1u << 20) + 3};
 }
+// Bytes move alike whatever the type: the data-movement collectives run their large count for
+// this one type of each element size.
+inline bool representsItsSize(trncclDataType_t type) {
+  return type == trncclInt8 || type == trncclBfloat16 || type == trncclFloat32 ||
+         type == trncclInt64;
+}
+// The data-movement collectives' counts for one type.
+inline std::vector<size_t> sweepCounts(trncclDataType_t type) {
+  std::vector<size_t> counts = sweepCounts();
+  if (!representsItsSize(type) && counts.back() > 1023) counts.pop_back();
+  return counts;
+}
+// The reductions' counts for one type and op. The large count costs every rank a reference
+// over every rank's input, so it runs for every type with sum and for every op on fp32: how a
+// large message is cut depends on the element size, and every kernel (type x op) runs at
+// every smaller count, 1023 covering its vector loop and its tail.
+inline std::vector<size_t> sweepCounts(trncclDataType_t type, trncclRedOp_t op) {
+  std::vector<size_t> counts = sweepCounts();
+  if (op != trncclSum && type != trncclFloat32 && counts.back() > 1023) counts.pop_back();
+  return counts;
+}
 
 // memcpy that accepts the null pointers of empty buffers (memcpy itself does not).
 inline void copyBytes(void* dst, const void* src, size_t bytes) {
