@@ -4,7 +4,8 @@
 # timed side by side in each run. Layouts: 2 ranks and 4 ranks (oversubscribed on a 2-core
 # machine) on shared memory, and 2 emulated nodes x 2 ranks (TRNCCL_HOSTID; efa over
 # libfabric on loopback between the nodes, Open MPI's tcp BTL as if the hosts were apart);
-# uniform and Zipf-1.2 routing; several rounds, so the summary gives ranges.
+# uniform and Zipf-1.2 routing; fp8 payloads (e4m3 with per-token scales, combine in bf16) on
+# shared memory, uniform; several rounds, so the summary gives ranges.
 # Usage: scripts/bench_moe.sh [--quick] [--rounds N] [--out DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,12 +35,13 @@ MPIRUN=(mpirun --oversubscribe --mca oob_tcp_if_include lo --mca pml ob1
         --mca btl_tcp_if_include lo -x FI_TCP_IFACE=lo -x FI_NET_IFACE=lo)
 [ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
 failures=0
+extra=()  # more moe_dispatch_perf flags for the next runs (the payload type)
 run() {  # layout tag, ranks, Open MPI btl, zipf, round, [-m MODE], [wrapper...]
   local tag="$1" np="$2" btl="$3" zipf="$4" round="$5" mode=(-m normal)
   shift 5
   if [ "${1:-}" = "-m" ]; then mode=(-m "$2"); shift 2; fi
   local cmd=("${MPIRUN[@]}" -np "$np" --mca btl "$btl" "$@" "$BIN/moe_dispatch_perf"
-             "${shape[@]}" "${mode[@]}" -z "$zipf" -c 1
+             "${shape[@]}" "${extra[@]}" "${mode[@]}" -z "$zipf" -c 1
              -J "$dir/${tag}_z${zipf}_round${round}.jsonl")
   echo "+ ${cmd[*]}" | tee -a "$dir/commands.txt"
   timeout -k 10 900 "${cmd[@]}" >>"$dir/log.txt" 2>&1 ||
@@ -62,6 +64,10 @@ for round in $(seq 1 "$rounds"); do
         bash -c 'TRNCCL_HOSTID=node-$((OMPI_COMM_WORLD_RANK / 2)) exec "$@"' rank
     done
   done
+  extra=(-d fp8)
+  run shm2_fp8 2 self,vader 0 "$round"
+  run shm4_fp8 4 self,vader 0 "$round"
+  extra=()
 done
 {
   echo "machine: $(nproc) cores, $(uname -r); $(date -u +%Y-%m-%d)"

@@ -108,8 +108,9 @@ void makeRouting(int rank, long T, const MoeShape& s, std::vector<int64_t>* idx,
   }
 }
 
-// One mode at one batch size: the step's time (slowest rank, median), or a negative value when
-// the mode cannot run the shape (its message printed by rank 0).
+// One mode at one batch size: the step's time (slowest rank, median), or a negative value with
+// *failed set when a call failed (the library fails a group or routing on every rank alike;
+// each rank prints its error).
 double timeMode(trncclComm_t comm, int rank, int nranks, const MoeShape& s, long T, Mode mode,
                 bool* failed) {
   const size_t rowBytes = s.hidden * dtypeSize(s.dtype);
