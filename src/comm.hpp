@@ -75,6 +75,10 @@ class Communicator {
   void drainNetwork();
 
   const topology::Topology& topology() const { return topology_; }
+  // True when every peer is reached over shm (same node, no device links, no efa) and the
+  // node allows single-copy reads between every pair of its ranks (init's CMA probe): peers
+  // can then map each other's shm::sharedAlloc memory (the MoE engine's direct mode).
+  bool everyPeerMapsMemory() const;
   // The cost model and tuning entries the planner (and the MoE engine's auto mode) use.
   const CostParams& costs() const { return planner_->costs(); }
   // What this rank sent to and received from each peer, and over which transport.

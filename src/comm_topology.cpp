@@ -1,6 +1,7 @@
 // The communicator's side of the topology: which transport carries each peer, the
 // TRNCCL_TOPO_DUMP_FILE dump, and the per-peer traffic counters (trncclCommGetPeerTraffic, INFO
 // at destroy, TRNCCL_TRAFFIC_DIR).
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -52,6 +53,13 @@ Status Communicator::dumpTopology() const {
   TRNCCL_RETURN_IF_ERROR(writeTextFile(path, text).withContext("TRNCCL_TOPO_DUMP_FILE: "));
   TRNCCL_INFO(log::kTopo, "topology written to %s", path.c_str());
   return Status::ok();
+}
+
+bool Communicator::everyPeerMapsMemory() const {
+  if (!cmaReadable_ && nranks_ > 1) return false;
+  return std::all_of(classOfPeer_.begin(), classOfPeer_.end(), [](topology::LinkClass c) {
+    return c == topology::LinkClass::kSelf || c == topology::LinkClass::kShm;
+  });
 }
 
 std::vector<Communicator::PeerTrafficEntry> Communicator::traffic() {

@@ -309,6 +309,9 @@ trncclEpGroup_t makeGroup(Failures& f, trncclComm_t comm, int n, int E, int maxT
 void setupLayout(const std::string& layout, int rank) {
   setenv("FI_TCP_IFACE", "lo", 1);
   setenv("FI_NET_IFACE", "lo", 1);
+  // shm: one node, rows read from peers' mapped staging (direct); rings: the same over the
+  // shm transport's rings.
+  if (layout == "rings") setenv("TRNCCL_MOE_DIRECT", "0", 1);
   if (layout == "nodes") setenv("TRNCCL_HOSTID", rank % 2 ? "node-b" : "node-a", 1);
   // Three nodes of uneven size (5 ranks: 2, 2, 1): proxies wrap around the smaller node.
   if (layout == "nodes3") setenv("TRNCCL_HOSTID", ("node-" + std::to_string(rank % 3)).c_str(), 1);
@@ -548,6 +551,13 @@ TEST_P(Moe, Fp8RowsTravelWithTheirScalesAndCombineInBf16) {
 INSTANTIATE_TEST_SUITE_P(Ranks, Moe,
                          ::testing::Combine(::testing::Values(std::string("shm")),
                                             ::testing::Values(1, 2, 3, 4, 5, 8)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+INSTANTIATE_TEST_SUITE_P(Rings, Moe,
+                         ::testing::Combine(::testing::Values(std::string("rings")),
+                                            ::testing::Values(2, 3, 5)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" +
                                   std::to_string(std::get<1>(info.param));
@@ -868,6 +878,75 @@ TEST(MoeHierarchical, CrossesToOneProxyPerNode) {
         }
       });
   EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// One node: with TRNCCL_MOE_DIRECT on (the default) dispatch and combine read the rows out of
+// the peers' mapped staging, counted as bytes received from the rank that staged them and
+// nothing sent; off, they are messages over the shm transport. Each rank's tokens all go to
+// the next rank's expert, so the counts are known exactly.
+TEST(MoeDirect, RowsAreReadFromThePeersStagingAndCounted) {
+  for (const char* direct : {"1", "0"}) {
+    auto outcomes = withComm(
+        3, [&](int) { setenv("TRNCCL_MOE_DIRECT", direct, 1); },
+        [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+          const size_t T = 40, H = 24;
+          const int K = 1;
+          trncclEpGroup_t group = makeGroup(f, comm, nranks, nranks, T, trncclFloat32, H);
+          if (!group) return;
+          const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+          std::vector<int32_t> idx(T, next);
+          trncclEpRouting_t routing = nullptr;
+          if (trncclEpCreateRouting(group, idx.data(), trncclInt32, T, K, trncclEpLayoutExpertMajor,
+                                    &routing) != trncclSuccess) {
+            f.add("create routing: %s", trncclGetLastError(comm));
+            return;
+          }
+          std::vector<trncclPeerTraffic_t> before(nranks), after(nranks);
+          int count = 0;
+          (void)trncclCommGetPeerTraffic(comm, before.data(), nranks, &count);
+          std::vector<float> tokens(T * H), out(T * H), rows(T * H), weights(T);
+          for (size_t i = 0; i < tokens.size(); ++i)
+            tokens[i] = static_cast<float>(rank * 1000 + i);
+          if (trncclEpDispatch(routing, tokens.data(), H, nullptr, rows.data(), weights.data(),
+                               nullptr, T) != trncclSuccess ||
+              trncclEpCombine(routing, rows.data(), H, out.data(), 0) != trncclSuccess) {
+            f.add("dispatch/combine: %s", trncclGetLastError(comm));
+            return;
+          }
+          (void)trncclCommGetPeerTraffic(comm, after.data(), nranks, &count);
+          for (size_t i = 0; i < rows.size(); ++i)
+            if (rows[i] != static_cast<float>(prev * 1000 + i) || out[i] != tokens[i]) {
+              f.add("element %zu: row %g (want %d), combined %g (want %g)", i, rows[i],
+                    prev * 1000 + static_cast<int>(i), out[i], tokens[i]);
+              break;
+            }
+          auto delta = [&](int q, auto field) { return after[q].*field - before[q].*field; };
+          uint64_t sent = 0;
+          for (int q = 0; q < nranks; ++q) sent += delta(q, &trncclPeerTraffic_t::sentBytes);
+          const uint64_t fromPrev = delta(prev, &trncclPeerTraffic_t::recvBytes);
+          const uint64_t fromNext = delta(next, &trncclPeerTraffic_t::recvBytes);
+          if (std::string(direct) == "1") {
+            // Dispatch: prev's T rows and their weights; combine: next's T rows back.
+            const uint64_t rowBytes = H * sizeof(float);
+            if (sent != 0 || fromPrev != T * (rowBytes + (K * sizeof(float))) ||
+                fromNext != T * rowBytes)
+              f.add(
+                  "direct: sent %llu bytes (want 0), read %llu from rank %d (want %llu) and "
+                  "%llu from rank %d (want %llu)",
+                  static_cast<unsigned long long>(sent), static_cast<unsigned long long>(fromPrev),
+                  prev, static_cast<unsigned long long>(T * (rowBytes + K * sizeof(float))),
+                  static_cast<unsigned long long>(fromNext), next,
+                  static_cast<unsigned long long>(T * rowBytes));
+          } else if (delta(next, &trncclPeerTraffic_t::sentBytes) < T * H * sizeof(float)) {
+            f.add("rings: sent %llu bytes to rank %d, want at least its rows",
+                  static_cast<unsigned long long>(delta(next, &trncclPeerTraffic_t::sentBytes)),
+                  next);
+          }
+          trncclEpRoutingDestroy(routing);
+          trncclEpGroupDestroy(group);
+        });
+    EXPECT_ALL_RANKS_OK(outcomes) << "TRNCCL_MOE_DIRECT=" << direct;
+  }
 }
 
 }  // namespace

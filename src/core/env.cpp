@@ -38,6 +38,13 @@ const Var kCmaMinBytes{"TRNCCL_CMA_MIN_BYTES", Kind::kBytes, "64K",
                        "Smallest block (bytes one rank reads from one peer) that the direct "
                        "all-gather, all-to-all and broadcast read with CMA; smaller blocks go "
                        "through the windows. Bound by the node segment's creator."};
+const Var kMoeDirect{"TRNCCL_MOE_DIRECT", Kind::kBool, "1",
+                     "Lets an MoE group whose ranks all share one node's memory (every peer on "
+                     "shm, single copy allowed: TRNCCL_CMA) move dispatch and combine rows "
+                     "through staging that peers map: a receiver copies rows straight out of the "
+                     "sender's staging, and combine sums them where they lie, instead of two "
+                     "copies through the shm rings. 0 sends them over the transports. Every "
+                     "rank must agree, or the group uses the transports."};
 const Var kHostId{"TRNCCL_HOSTID", Kind::kString, "",
                   "Overrides this process's host identity (default: hash of hostname and boot "
                   "id). Ranks with different values are treated as different nodes."};
@@ -202,6 +209,7 @@ const std::vector<const Var*>& all() {
                                                &kStreamCopyBytes,
                                                &kCma,
                                                &kCmaMinBytes,
+                                               &kMoeDirect,
                                                &kShmDir,
                                                &kFiProvider,
                                                &kEfaRails,

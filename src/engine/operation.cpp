@@ -251,6 +251,8 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
     case StepKind::kCallback: {
       int localSize = static_cast<int>(ctx.globalOfLocal.size());
       ScheduleBuilder builder(*schedule_, ctx.windows, localSize);
+      const PeerMemoryOf memory(*this, ctx);
+      builder.setPeerMemory(&memory);
       // Appended steps get fresh group numbers after every existing step.
       TRNCCL_RETURN_IF_ERROR(schedule_->callbacks[step.first](builder));
       chooseCopyKind(ctx);  // the appended steps count too (all-to-all-v plans its rounds here)
@@ -270,6 +272,27 @@ const char* Operation::peerAllocation(const ExecContext& ctx, const Step& step,
   const char* base =
       ctx.peerRegions->map(static_cast<int>(step.first), ctx.pidOfLocal[step.first], region);
   return base ? base + region.offset + step.value : nullptr;
+}
+
+ScheduleBuilder::PeerSendBuffer Operation::PeerMemoryOf::sendBuffer(int q) const {
+  ScheduleBuilder::PeerSendBuffer out;
+  const uint64_t seq = op_.schedule_->descriptor.seq;
+  const int localSize = static_cast<int>(ctx_.globalOfLocal.size());
+  if (seq == 0 || q < 0 || q >= localSize || !ctx_.peerRegions) return out;
+  const shm::OpDescriptor& theirs =
+      ctx_.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots];
+  const shm::SharedRegion& region = theirs.sendRegion;
+  if (theirs.seq != seq || region.id == 0 || region.offset >= region.bytes) return out;
+  const char* base = ctx_.peerRegions->map(q, ctx_.pidOfLocal[q], region);
+  if (!base) return out;
+  out.mapped = base + region.offset;
+  out.bytes = region.bytes - region.offset;
+  return out;
+}
+
+void Operation::PeerMemoryOf::countRead(int q, size_t bytes) const {
+  if (q >= 0 && q < static_cast<int>(ctx_.globalOfLocal.size()) && q != ctx_.localRank)
+    ctx_.traffic[ctx_.globalOfLocal[q]].countReceived(bytes);
 }
 
 Result<bool> Operation::llReady(const ExecContext& ctx, const Step& step, size_t lines) {

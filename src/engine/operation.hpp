@@ -111,6 +111,17 @@ class Operation {
   Result<bool> llReady(const ExecContext& ctx, const Step& step, size_t lines);
   static const char* peerAllocation(const ExecContext& ctx, const Step& step,
                                     const shm::OpDescriptor& theirs);
+  // What this operation's callbacks see of local peers' published buffers.
+  class PeerMemoryOf final : public ScheduleBuilder::PeerMemory {
+   public:
+    PeerMemoryOf(const Operation& op, const ExecContext& ctx) : op_(op), ctx_(ctx) {}
+    ScheduleBuilder::PeerSendBuffer sendBuffer(int localPeer) const override;
+    void countRead(int localPeer, size_t bytes) const override;
+
+   private:
+    const Operation& op_;
+    const ExecContext& ctx_;
+  };
   Result<bool> runStep(const ExecContext& ctx, Step& step);
   Status checkDescriptors(const ExecContext& ctx);
   void chooseCopyKind(const ExecContext& ctx);

@@ -288,6 +288,29 @@ class ScheduleBuilder {
   Schedule& schedule() { return s_; }
   int localSize() const { return localSize_; }
 
+  // In a callback that runs after this call's descriptor was published and every local rank
+  // posted: local peer q's published send buffer (OpDescriptor::sendAddress) mapped into this
+  // process when it lies in memory peers map (shm::sharedAlloc's), with the bytes mapped from
+  // there on (mapped is nullptr when it cannot be mapped, and outside callbacks).
+  struct PeerSendBuffer {
+    const char* mapped = nullptr;
+    size_t bytes = 0;
+  };
+  class PeerMemory {
+   public:
+    virtual ~PeerMemory() = default;
+    virtual PeerSendBuffer sendBuffer(int localPeer) const = 0;
+    // Bytes read from the peer's buffer, counted as received from it (traffic counters).
+    virtual void countRead(int localPeer, size_t bytes) const = 0;
+  };
+  void setPeerMemory(const PeerMemory* memory) { peerMemory_ = memory; }
+  PeerSendBuffer peerSendBuffer(int localPeer) const {
+    return peerMemory_ ? peerMemory_->sendBuffer(localPeer) : PeerSendBuffer{};
+  }
+  void countPeerRead(int localPeer, size_t bytes) const {
+    if (peerMemory_) peerMemory_->countRead(localPeer, bytes);
+  }
+
  private:
   void addTransfer(StepKind kind, const TransferOp& transfer) {
     Step step = makeStep(kind);
@@ -305,6 +328,7 @@ class ScheduleBuilder {
   Schedule& s_;
   WindowState* windows_;
   int localSize_;
+  const PeerMemory* peerMemory_ = nullptr;
 
   friend class ConcurrentSteps;
 };

@@ -67,16 +67,26 @@ void sumRows(trncclDataType_t type, void* dst, const void* const* srcs, int n, s
 
 // Expert-major rows for the trip back: each received row is the sum of its slots (weighted:
 // each slot times the weight it was dispatched with).
-namespace {
-
-void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, Staging& st) {
+void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* rowsOut) {
+  Staging& st = *rt.group->staging;
   const trncclDataType_t type = rt.group->config.combineType();
   const int K = rt.topk;
   const size_t rows = rt.recvRows();
   std::vector<const void*> srcs(K);
   st.accumulator.resize(a.hidden);
+  // A row's slots lie in different expert zones, each a short stream that the hardware
+  // prefetcher picks up late (it stops at every page): fetch the next row's slots while this
+  // one is summed.
+  auto prefetchRow = [&](size_t j) {
+    for (int i = 0; i < K && rt.slotOf[j * K + i] >= 0; ++i) {
+      const char* slot = byteAt(a.expertTokens, rt.slotOf[j * K + i] * rowBytes);
+      for (size_t offset = 0; offset < rowBytes; offset += 64) __builtin_prefetch(slot + offset);
+    }
+  };
+  if (rows > 0) prefetchRow(0);
   for (size_t j = 0; j < rows; ++j) {
-    void* dst = st.sendRows.data() + (j * rowBytes);
+    if (j + 1 < rows) prefetchRow(j + 1);
+    void* dst = rowsOut + (j * rowBytes);
     int n = 0;
     while (n < K && rt.slotOf[j * K + n] >= 0) {
       srcs[n] = byteAt(a.expertTokens, rt.slotOf[j * K + n] * rowBytes);
@@ -104,13 +114,11 @@ void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, Staging&
   }
 }
 
-}  // namespace
-
 const char* expertRowsInFlatOrder(const Routing& rt, const CombineArgs& a, size_t rowBytes,
                                   Staging& st) {
   if (rt.layout == trncclEpLayoutFlat) return static_cast<const char*>(a.expertTokens);
   st.sendRows.resize(rt.recvRows() * rowBytes);
-  sumSlots(rt, a, rowBytes, st);
+  sumSlots(rt, a, rowBytes, st.sendRows.data());
   return st.sendRows.data();
 }
 
@@ -161,6 +169,7 @@ Status planCombine(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
                      "or weights",
                      me);
   if (rt.hierarchical) return planCombineHierarchical(b, routing, a);
+  if (g.direct && !rt.lowLatency) return planCombineDirect(b, routing, a);
   const char* expertRows = expertRowsInFlatOrder(rt, a, rowBytes, st);
   st.recvRows.resize(rows * rowBytes);
   {

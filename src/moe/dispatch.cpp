@@ -100,35 +100,40 @@ void splitScales(const Routing& rt, const DispatchArgs& wire) {
 
 }  // namespace
 
-namespace {
-
-// Rows for peers into staging, and every row's weights in the order of its local ids.
-void pack(const Routing& rt, const DispatchArgs& a, size_t rowBytes, Staging& st) {
+void packRows(const Routing& rt, const DispatchArgs& a, size_t rowBytes, char* rows,
+              float* weights) {
   const int n = rt.group->nranks(), me = rt.group->rank(), K = rt.topk;
-  const size_t rows = rt.sendBegin[n];
-  st.sendRows.resize(rows * rowBytes);
-  st.sendWeights.resize(rows * K);
   for (int q = 0; q < n; ++q) {
     for (size_t p = rt.sendBegin[q]; p < rt.sendBegin[q + 1]; ++p) {
       const size_t t = rt.rowToken[p];
-      if (q != me)
-        copyBytes(st.sendRows.data() + (p * rowBytes), byteAt(a.tokens, t * rowBytes), rowBytes);
+      if (q != me) copyBytes(rows + (p * rowBytes), byteAt(a.tokens, t * rowBytes), rowBytes);
       for (int i = 0; i < K; ++i) {
         const int k = rt.rowK[p * K + i];
-        st.sendWeights[p * K + i] = k < 0 ? 0.0f : (a.weights ? a.weights[t * K + k] : 1.0f);
+        weights[p * K + i] = k < 0 ? 0.0f : (a.weights ? a.weights[t * K + k] : 1.0f);
       }
     }
   }
 }
 
+namespace {
+
+// Rows for peers into staging, and every row's weights in the order of its local ids.
+void pack(const Routing& rt, const DispatchArgs& a, size_t rowBytes, Staging& st) {
+  const size_t rows = rt.sendBegin[rt.group->nranks()];
+  st.sendRows.resize(rows * rowBytes);
+  st.sendWeights.resize(rows * rt.topk);
+  packRows(rt, a, rowBytes, st.sendRows.data(), st.sendWeights.data());
+}
+
+}  // namespace
+
 // Writes what the layout asks for once every row and weight is in: flat, the weights and ids
 // beside the rows already in place; expert-major, each row into the slot of every local expert
 // it is for (this rank's own rows straight from its tokens).
-}  // namespace
-
-Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes) {
+Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes,
+                      const char* const* rowsFrom) {
   Staging& st = *rt.group->staging;
-  const int me = rt.group->rank(), K = rt.topk;
+  const int n = rt.group->nranks(), me = rt.group->rank(), K = rt.topk;
   const size_t recvRows = rt.recvRows();
   if (rt.layout == trncclEpLayoutFlat) {
     if (args.outWeights)
@@ -139,22 +144,30 @@ Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes) {
     return Status::ok();
   }
   rt.slotWeights.assign(rt.recvSlots(), 0.0f);
-  const size_t selfBegin = rt.recvBegin[me], selfEnd = rt.recvBegin[me + 1];
-  for (size_t j = 0; j < recvRows; ++j) {
-    const char* row =
-        j >= selfBegin && j < selfEnd
-            ? byteAt(args.tokens, rt.rowToken[rt.sendBegin[me] + (j - selfBegin)] * rowBytes)
-            : st.recvRows.data() + (j * rowBytes);
-    for (int i = 0; i < K && rt.recvIds[j * K + i] >= 0; ++i) {
-      const int64_t slot = rt.slotOf[j * K + i];
-      copyBytes(byteAt(args.outTokens, slot * rowBytes), row, rowBytes);
-      rt.slotWeights[slot] = st.recvWeights[j * K + i];
+  for (int q = 0; q < n; ++q) {
+    for (size_t j = rt.recvBegin[q]; j < rt.recvBegin[q + 1]; ++j) {
+      const size_t i = j - rt.recvBegin[q];
+      const char* row = q == me ? byteAt(args.tokens, rt.rowToken[rt.sendBegin[me] + i] * rowBytes)
+                                : rowsFrom[q] + (i * rowBytes);
+      for (int k = 0; k < K && rt.recvIds[j * K + k] >= 0; ++k) {
+        const int64_t slot = rt.slotOf[j * K + k];
+        copyBytes(byteAt(args.outTokens, slot * rowBytes), row, rowBytes);
+        rt.slotWeights[slot] = st.recvWeights[j * K + k];
+      }
     }
   }
   if (args.outWeights)
     copyBytes(args.outWeights, rt.slotWeights.data(), rt.slotWeights.size() * sizeof(float));
   if (args.scaled) splitScales(rt, args);
   return Status::ok();
+}
+
+Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes) {
+  Staging& st = *rt.group->staging;
+  std::vector<const char*> rowsFrom(rt.group->nranks());
+  for (size_t q = 0; q < rowsFrom.size(); ++q)
+    rowsFrom[q] = st.recvRows.data() + (rt.recvBegin[q] * rowBytes);
+  return finishDispatch(rt, args, rowBytes, rowsFrom.data());
 }
 
 namespace {
@@ -297,6 +310,7 @@ Status planDispatch(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
   args.rowBytes = payloadBytes;
   if (a.scaled) args = withScales(rt, a, payloadBytes);
   if (rt.hierarchical) return planDispatchHierarchical(b, routing, args);
+  if (rt.group->direct && !rt.lowLatency) return planDispatchDirect(b, routing, args);
   pack(rt, args, args.rowBytes, *rt.group->staging);
   if (rt.lowLatency) return planLowLatency(b, routing, args, args.rowBytes);
   exchangeRows(b, routing, args, args.rowBytes, /*weightsToo=*/true);

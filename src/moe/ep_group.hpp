@@ -14,6 +14,7 @@
 
 #include "comm.hpp"
 #include "core/copy.hpp"
+#include "transports/shm/shared_alloc.hpp"
 #include "trnccl.h"
 
 namespace trnccl::moe {
@@ -53,6 +54,7 @@ struct Staging {
   std::vector<char> hop1Out, hop1In, hop2Out, hop2In;  // hierarchical: each hop's messages
   std::vector<char> partial;                           // hierarchical combine: proxy sums
   std::vector<char> scaledIn, scaledOut;  // scaled (fp8) dispatch: rows with their scale
+  shm::SharedBuffer shared;               // direct mode: what local peers read (direct.cpp)
 };
 
 struct EpGroup {
@@ -61,6 +63,9 @@ struct EpGroup {
   int localExperts = 0;     // L = numExperts / nranks
   bool lowLatency = false;  // the mode auto resolved to (or was asked for)
   bool hierarchical = false;
+  // Every rank shares this node's memory and maps its peers' staging (TRNCCL_MOE_DIRECT):
+  // normal-mode dispatch and combine read rows where peers staged them (direct.cpp).
+  bool direct = false;
   std::shared_ptr<Staging> staging = std::make_shared<Staging>();
   int rank() const { return comm->rank(); }
   int nranks() const { return comm->nranks(); }
@@ -206,10 +211,24 @@ Status planCombine(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
 // once; and the expert side's rows in the flat order (expert-major: each row's slots summed,
 // weighted if asked, into staging).
 Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes);
+// The same with the rows of each source q != this rank at rowsFrom[q] (contiguous, flat order).
+Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes,
+                      const char* const* rowsFrom);
+// Dispatch's packing: rows for peers (rows + p * rowBytes for packed row p; this rank's own
+// rows are left out) and every packed row's weights (weights + p * topk).
+void packRows(const Routing& rt, const DispatchArgs& a, size_t rowBytes, char* rows,
+              float* weights);
+// Expert-major combine's rows in flat order: row j = its slots summed (weighted if asked).
+void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* rowsOut);
 void sumRows(trncclDataType_t type, void* dst, const void* const* srcs, int n, size_t hidden,
              size_t rowBytes);
 const char* expertRowsInFlatOrder(const Routing& rt, const CombineArgs& a, size_t rowBytes,
                                   Staging& st);
+// Direct mode (direct.cpp): one node, peers read each other's mapped staging.
+Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
+                          const DispatchArgs& a);
+Status planCombineDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
+                         const CombineArgs& a);
 Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
                                 const DispatchArgs& a);
 Status planCombineHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,

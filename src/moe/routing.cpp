@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/dtype.hpp"
+#include "core/env.hpp"
 #include "core/log.hpp"
 #include "core/strformat.hpp"
 #include "moe/ep_group.hpp"
@@ -244,15 +245,22 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
                       "rank %d trncclEpGroupCreate: maxTokenBytes=%zu must be a positive multiple "
                       "of the payload's element size (%zu)",
                       r, config.maxTokenBytes, dtypeSize(config.payload));
+  // Direct mode (direct.cpp) where this rank maps every peer's memory and the knob allows it;
+  // the group takes it only if every rank can, so that their schedules agree.
+  auto directAllowed = env::getBool(env::kMoeDirect);
+  if (!directAllowed.isOk() && local.isOk()) local = directAllowed.status();
+  const bool directHere =
+      directAllowed.isOk() && directAllowed.value() && comm->everyPeerMapsMemory();
   // Every rank must hold the same configuration: gather everyone's and compare.
-  constexpr size_t kWords = 7;
+  constexpr size_t kWords = 8;
   const uint64_t mine[kWords] = {local.isOk() ? 0u : 1u,
                                  static_cast<uint64_t>(config.numExperts),
                                  static_cast<uint64_t>(config.maxDispatchTokens),
                                  static_cast<uint64_t>(config.maxRecvTokens),
                                  config.maxTokenBytes,
                                  static_cast<uint64_t>(config.payload),
-                                 static_cast<uint64_t>(config.mode)};
+                                 static_cast<uint64_t>(config.mode),
+                                 directHere ? 1u : 0u};
   std::vector<uint64_t> all(kWords * n);
   TRNCCL_RETURN_IF_ERROR(comm->run(gatherArgs(mine, all.data(), kWords)));
   if (!local.isOk()) return local;
@@ -263,7 +271,7 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
                        "rank %d trncclEpGroupCreate: rank %d passed an invalid configuration "
                        "(its error says which)",
                        r, q);
-    if (!std::equal(mine + 1, mine + kWords, theirs + 1))
+    if (!std::equal(mine + 1, mine + kWords - 1, theirs + 1))
       return makeError(Code::kInvalidUsage,
                        "rank %d trncclEpGroupCreate: rank %d's configuration (numExperts=%llu, "
                        "maxDispatchTokensPerRank=%llu, maxRecvTokensPerRank=%llu, "
@@ -285,6 +293,8 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
                       (config.mode == trncclEpModeAuto &&
                        config.maxDispatchTokens <= kLowLatencyMaxTokens && worstCaseFits);
   group->hierarchical = config.mode == trncclEpModeHierarchical;
+  group->direct = true;
+  for (int q = 0; q < n; ++q) group->direct = group->direct && all[(kWords * q) + kWords - 1] != 0;
   std::string why =
       config.mode != trncclEpModeAuto ? "asked for"
       : group->lowLatency
@@ -310,14 +320,22 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
   }
   TRNCCL_INFO(log::kMoe,
               "%s rank %d: EP group of %d ranks, %d experts (%d per rank), at most %d tokens "
-              "out and %d in per rank, %zu-byte tokens of %s; mode %s (%s)",
+              "out and %d in per rank, %zu-byte tokens of %s; mode %s (%s); rows between "
+              "ranks %s",
               group->comm->name().c_str(), r, n, config.numExperts, group->localExperts,
               config.maxDispatchTokens, config.maxRecvTokens, config.maxTokenBytes,
               dtypeName(config.payload),
               group->lowLatency     ? "low latency"
               : group->hierarchical ? "hierarchical"
                                     : "normal",
-              why.c_str());
+              why.c_str(),
+              group->direct ? "read from peers' mapped staging (direct, TRNCCL_MOE_DIRECT=1; the "
+                              "low-latency mode still uses the transports)"
+              : directHere  ? "over the transports (some rank cannot map its peers' memory)"
+              : directAllowed.isOk() && directAllowed.value()
+                  ? "over the transports (a peer is not on shm, or single copy is off on "
+                    "this node: TRNCCL_CMA)"
+                  : "over the transports (TRNCCL_MOE_DIRECT=0)");
   return group;
 }
 
@@ -434,12 +452,13 @@ Result<std::shared_ptr<Routing>> createRouting(std::shared_ptr<EpGroup> group, c
     for (uint64_t p : local.pairsTo) pairs += p;
     const size_t rows = routing->sendBegin[n];
     TRNCCL_INFO(log::kMoe,
-                "%s rank %d: EP routing, mode normal (one exchange between every pair of ranks; "
-                "the hierarchical and low-latency modes are not built yet), layout %s: %zu "
+                "%s rank %d: EP routing, mode normal (one exchange between every pair of ranks, "
+                "rows %s), layout %s: %zu "
                 "tokens x top-%d -> %llu token-expert pairs in %zu rows (%llu duplicates "
                 "removed); rows per destination rank [%s]; receives %zu rows, %zu slots",
-                g.comm->name().c_str(), r, layoutName(layout), numTokens, topk,
-                static_cast<unsigned long long>(pairs), rows,
+                g.comm->name().c_str(), r,
+                g.direct ? "read from peers' mapped staging" : "over the transports",
+                layoutName(layout), numTokens, topk, static_cast<unsigned long long>(pairs), rows,
                 static_cast<unsigned long long>(pairs - rows), countsText(local.rowsTo).c_str(),
                 routing->recvRows(), routing->recvSlots());
   }

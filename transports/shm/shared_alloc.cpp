@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -131,6 +132,22 @@ std::shared_ptr<void> pinSharedRegion(const void* p) {
   allocation->users.fetch_add(1);
   return std::shared_ptr<void>(allocation.get(),
                                [allocation](void*) { allocation->users.fetch_sub(1); });
+}
+
+SharedBuffer::~SharedBuffer() {
+  if (data_) (void)sharedFree(data_);
+}
+
+Status SharedBuffer::reserve(size_t bytes) {
+  if (bytes <= bytes_) return Status::ok();
+  // Grow by at least half again, so that a slowly rising demand does not remap every call.
+  const size_t want = std::max(bytes, bytes_ + bytes_ / 2);
+  auto fresh = sharedAlloc(want);
+  TRNCCL_RETURN_IF_ERROR(fresh.status());
+  if (data_) TRNCCL_RETURN_IF_ERROR(sharedFree(data_));
+  data_ = static_cast<char*>(fresh.value());
+  bytes_ = want;
+  return Status::ok();
 }
 
 PeerRegionCache::~PeerRegionCache() {

@@ -33,6 +33,24 @@ bool findSharedRegion(const void* p, SharedRegion* region);
 // none); the pin ends when the returned pointer is released.
 std::shared_ptr<void> pinSharedRegion(const void* p);
 
+// Grow-only scratch that local peers can map (the MoE engine's direct staging): an
+// allocation of sharedAlloc, replaced by a larger one when asked for more (contents are not
+// kept), freed at destruction.
+class SharedBuffer {
+ public:
+  SharedBuffer() = default;
+  ~SharedBuffer();
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+  Status reserve(size_t bytes);
+  char* data() const { return data_; }
+  size_t capacity() const { return bytes_; }
+
+ private:
+  char* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // Peers' allocations this rank has mapped, by local peer and file descriptor number (a newer
 // allocation on the same descriptor number replaces the mapping). Unmapped at destruction.
 class PeerRegionCache {
