@@ -5,7 +5,9 @@
 # machine) on shared memory, and 2 emulated nodes x 2 ranks (TRNCCL_HOSTID; efa over
 # libfabric on loopback between the nodes, Open MPI's tcp BTL as if the hosts were apart);
 # uniform and Zipf-1.2 routing; fp8 payloads (e4m3 with per-token scales, combine in bf16) on
-# shared memory, uniform; several rounds, so the summary gives ranges.
+# shared memory, uniform; the engine's outputs in trncclMemAlloc memory (-A 1); the engine
+# with TRNCCL_MOE_DIRECT=0 (rows over the shm rings); several rounds, so the summary gives
+# ranges.
 # Usage: scripts/bench_moe.sh [--quick] [--rounds N] [--out DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +19,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=1 rounds=1 ;;
     --rounds) rounds="$2"; shift ;;
     --out) dir="$2"; shift ;;
-    -h|--help) sed -n 2,8p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,11p "$0"; exit 0 ;;
     *) echo "bench_moe: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -67,7 +69,13 @@ for round in $(seq 1 "$rounds"); do
   extra=(-d fp8)
   run shm2_fp8 2 self,vader 0 "$round"
   run shm4_fp8 4 self,vader 0 "$round"
+  # The engine's outputs in trncclMemAlloc memory: combine reads the experts' outputs in place.
+  extra=(-A 1)
+  for zipf in 0 1.2; do run shm2_memalloc 2 self,vader "$zipf" "$round"; done
+  run shm4_memalloc 4 self,vader 0 "$round"
   extra=()
+  # The same engine with its rows over the shm rings instead of peers' mapped staging.
+  run shm2_rings 2 self,vader 0 "$round" -x TRNCCL_MOE_DIRECT=0
 done
 {
   echo "machine: $(nproc) cores, $(uname -r); $(date -u +%Y-%m-%d)"

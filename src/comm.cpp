@@ -87,8 +87,13 @@ class CallOperation final : public Operation {
 // A call planned by its caller (Communicator::runPlan).
 class PlanOperation final : public Operation {
  public:
-  PlanOperation(CollKind kind, std::string description, Communicator::PlanFn plan)
-      : Operation(kind), description_(std::move(description)), plan_(std::move(plan)) {}
+  PlanOperation(CollKind kind, std::string description, Communicator::PlanFn plan,
+                const std::vector<const void*>& buffers)
+      : Operation(kind), description_(std::move(description)), plan_(std::move(plan)) {
+    // trncclMemAlloc buffers cannot be freed while the call is queued (peers may read them).
+    for (const void* p : buffers)
+      if (auto pin = shm::pinSharedRegion(p)) pins.push_back(std::move(pin));
+  }
   std::string description() const override { return description_; }
 
  private:
@@ -152,9 +157,9 @@ Status Communicator::run(const CollArgs* calls, size_t ncalls) {
   return wait(handle, -1);
 }
 
-Result<std::shared_ptr<Operation>> Communicator::enqueuePlan(CollKind kind, std::string description,
-                                                             PlanFn plan) {
-  auto op = std::make_shared<PlanOperation>(kind, std::move(description), std::move(plan));
+Result<std::shared_ptr<Operation>> Communicator::enqueuePlan(
+    CollKind kind, std::string description, PlanFn plan, const std::vector<const void*>& buffers) {
+  auto op = std::make_shared<PlanOperation>(kind, std::move(description), std::move(plan), buffers);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     TRNCCL_RETURN_IF_ERROR(pushLocked(op));
@@ -163,8 +168,9 @@ Result<std::shared_ptr<Operation>> Communicator::enqueuePlan(CollKind kind, std:
   return std::shared_ptr<Operation>(std::move(op));
 }
 
-Status Communicator::runPlan(CollKind kind, std::string description, PlanFn plan) {
-  auto op = enqueuePlan(kind, std::move(description), std::move(plan));
+Status Communicator::runPlan(CollKind kind, std::string description, PlanFn plan,
+                             const std::vector<const void*>& buffers) {
+  auto op = enqueuePlan(kind, std::move(description), std::move(plan), buffers);
   TRNCCL_RETURN_IF_ERROR(op.status());
   return wait(op.value(), -1);
 }

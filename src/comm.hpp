@@ -52,11 +52,14 @@ class Communicator {
   Status run(const CollArgs* calls, size_t ncalls);
   // A call whose schedule its caller builds (the MoE engine's dispatch and combine, which
   // carry their own layout): plan runs when the operation reaches the head of the queue, like
-  // an algorithm's builder. description names the call in logs and errors.
+  // an algorithm's builder. description names the call in logs and errors; buffers are the
+  // caller's, pinned while the call is queued when they are trncclMemAlloc memory.
   using PlanFn = std::function<Status(ScheduleBuilder&)>;
   Result<std::shared_ptr<Operation>> enqueuePlan(CollKind kind, std::string description,
-                                                 PlanFn plan);
-  Status runPlan(CollKind kind, std::string description, PlanFn plan);
+                                                 PlanFn plan,
+                                                 const std::vector<const void*>& buffers = {});
+  Status runPlan(CollKind kind, std::string description, PlanFn plan,
+                 const std::vector<const void*>& buffers = {});
   // Progresses until op completes, fails, or (timeoutSeconds >= 0) the wait times out; a
   // timed-out wait leaves the operation queued (kInProgress is returned).
   Status wait(const std::shared_ptr<Operation>& op, double timeoutSeconds);

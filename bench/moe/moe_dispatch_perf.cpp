@@ -28,7 +28,7 @@ namespace {
 struct Options {
   std::vector<size_t> tokens{2048};
   Shape shape;
-  int iters = 5, warmup = 2, repeats = 3, check = 1;
+  int iters = 5, warmup = 2, repeats = 3, check = 1, memAlloc = 0;
   trncclEpMode_t mode = trncclEpModeNormal;
   std::string json;
 };
@@ -56,6 +56,9 @@ const char kHelp[] =
     "  -w N      warm-up iterations (2)\n"
     "  -r N      interleaved repeats; figures are medians over them (3)\n"
     "  -c 0|1    check every variant's result against the serial reference (1)\n"
+    "  -A 0|1    allocate the engine's outputs (received tokens, expert outputs) with\n"
+    "            trncclMemAlloc: on one node combine then reads the experts' outputs where\n"
+    "            they lie instead of staging rows (0)\n"
     "  -J FILE   also write one JSON object per row\n"
     "  -h        this help\n"
     "Times are the slowest rank's, in microseconds (trip = route + dispatch + combine, the\n"
@@ -79,7 +82,7 @@ bool parseList(const char* text, std::vector<size_t>* out) {
 
 bool parseOptions(int argc, char** argv, Options* o, int rank) {
   int c;
-  while ((c = getopt(argc, argv, "T:H:K:E:d:l:z:m:n:w:r:c:J:h")) != -1) {
+  while ((c = getopt(argc, argv, "T:H:K:E:d:l:z:m:n:w:r:c:A:J:h")) != -1) {
     bool ok = true;
     switch (c) {
       case 'T': ok = parseList(optarg, &o->tokens); break;
@@ -105,6 +108,7 @@ bool parseOptions(int argc, char** argv, Options* o, int rank) {
       case 'w': o->warmup = std::max(0, std::atoi(optarg)); break;
       case 'r': o->repeats = std::max(1, std::atoi(optarg)); break;
       case 'c': o->check = std::atoi(optarg); break;
+      case 'A': o->memAlloc = std::atoi(optarg); break;
       case 'J': o->json = optarg; break;
       case 'h':
         if (rank == 0) std::fputs(kHelp, stdout);
@@ -152,10 +156,42 @@ struct EngineTimes {
   double route = 0, dispatch = 0, expert = 0, combine = 0;
 };
 
+// The engine's output buffers: ordinary memory, or trncclMemAlloc's (-A 1).
+class Buffer {
+ public:
+  explicit Buffer(bool shared) : shared_(shared) {}
+  ~Buffer() {
+    if (shared_ && data_) (void)trncclMemFree(data_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  bool allocate(size_t bytes) {
+    size_ = bytes;
+    if (!shared_) {
+      plain_.resize(bytes);
+      data_ = plain_.data();
+      return true;
+    }
+    void* p = nullptr;
+    if (trncclMemAlloc(&p, bytes == 0 ? 1 : bytes) != trncclSuccess) return false;
+    data_ = static_cast<char*>(p);
+    return true;
+  }
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  bool shared_;
+  std::vector<char> plain_;
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 class Engine {
  public:
-  Engine(trncclComm_t comm, int nranks, const Shape& s, size_t maxTokens, trncclEpMode_t mode)
-      : shape_(s) {
+  Engine(trncclComm_t comm, int nranks, const Shape& s, size_t maxTokens, trncclEpMode_t mode,
+         bool memAlloc)
+      : shape_(s), received_(memAlloc), expertOut_(memAlloc) {
     trncclEpConfig_t config = TRNCCL_EP_CONFIG_INITIALIZER;
     config.numExperts = s.experts;
     config.maxDispatchTokensPerRank = static_cast<int>(maxTokens);
@@ -164,10 +200,10 @@ class Engine {
     config.payloadType = s.dtype;
     config.mode = mode;
     ok_ = trncclEpGroupCreate(comm, &config, &group_) == trncclSuccess;
-    received_.resize(config.maxRecvTokensPerRank * s.rowBytes());
+    ok_ = ok_ && received_.allocate(config.maxRecvTokensPerRank * s.rowBytes());
     if (s.fp8()) {
       scales_.resize(config.maxRecvTokensPerRank);
-      expertOut_.resize(config.maxRecvTokensPerRank * s.combineRowBytes());
+      ok_ = ok_ && expertOut_.allocate(config.maxRecvTokensPerRank * s.combineRowBytes());
     }
     weights_.resize(config.maxRecvTokensPerRank * s.topk);
     ids_.resize(config.maxRecvTokensPerRank * s.topk);
@@ -242,7 +278,7 @@ class Engine {
   Shape shape_;
   trncclEpGroup_t group_ = nullptr;
   bool ok_ = false;
-  std::vector<char> received_, expertOut_;
+  Buffer received_, expertOut_;
   std::vector<float> scales_, weights_;
   std::vector<int64_t> ids_;
   size_t sentRows_ = 0;
@@ -284,11 +320,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moe_dispatch_perf: cannot write %s\n", o.json.c_str());
   if (rank == 0) {
     std::printf(
-        "# moe_dispatch_perf: %d ranks, H=%zu K=%d E=%d %s %s zipf=%.2f, mode %s; "
+        "# moe_dispatch_perf: %d ranks, H=%zu K=%d E=%d %s %s zipf=%.2f, mode %s%s; "
         "%d iters x %d repeats (medians), slowest rank\n",
         n, o.shape.hidden, o.shape.topk, o.shape.experts, dtypeLabel(o.shape.dtype),
         o.shape.layout == trncclEpLayoutFlat ? "flat" : "expert_major", o.shape.zipf,
-        modeName(o.mode), o.iters, o.repeats);
+        modeName(o.mode), o.memAlloc ? ", engine outputs in trncclMemAlloc memory" : "", o.iters,
+        o.repeats);
     std::printf("#%7s %9s %9s %9s %9s %8s %8s %8s %9s %9s %7s %7s %6s\n", "tokens", "route_us",
                 "disp_us", "comb_us", "trip_us", "disp_GBs", "sent_MB", "base_MB", "mpi_us",
                 "a2av_us", "x_mpi", "x_a2av", "#wrong");
@@ -299,7 +336,7 @@ int main(int argc, char** argv) {
     Shape s = o.shape;
     s.tokens = tokens;
     Workload w = makeWorkload(rank, s);
-    Engine engine(comm, n, s, maxTokens, o.mode);
+    Engine engine(comm, n, s, maxTokens, o.mode, o.memAlloc != 0);
     engine.setRank(rank, n);
     if (!engine.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", rank, trncclGetLastError(comm));
@@ -374,14 +411,14 @@ int main(int argc, char** argv) {
         std::fprintf(json,
                      "{\"ranks\": %d, \"tokens\": %zu, \"hidden\": %zu, \"topk\": %d, "
                      "\"experts\": %d, \"dtype\": \"%s\", \"layout\": \"%s\", \"mode\": \"%s\", "
-                     "\"zipf\": %.3f, "
+                     "\"zipf\": %.3f, \"memalloc\": %d, "
                      "\"route_us\": %.2f, \"dispatch_us\": %.2f, \"combine_us\": %.2f, "
                      "\"roundtrip_us\": %.2f, \"mpi_alltoallv_us\": %s, "
                      "\"trnccl_alltoallv_us\": %.2f, \"sent_mb\": %.3f, \"baseline_mb\": %.3f, "
                      "\"wrong\": %.0f}\n",
                      n, tokens, s.hidden, s.topk, s.experts, dtypeLabel(s.dtype),
                      s.layout == trncclEpLayoutFlat ? "flat" : "expert_major", modeName(o.mode),
-                     s.zipf, median(route), dispUs, median(comb), tripUs,
+                     s.zipf, o.memAlloc, median(route), dispUs, median(comb), tripUs,
                      launch.viaMpi ? mpiText : "null", a2avUs, sentMB, baseMB, wrongAll);
     }
     if (wrongAll > 0) failed = 1;

@@ -44,13 +44,23 @@ Status readConfig(const trncclEpConfig_t* config, trnccl::moe::EpConfig* out) {
 
 // Runs (blocking) or queues (request != nullptr) one planned engine call.
 trncclResult_t submitPlan(trncclComm_t comm, trnccl::CollKind kind, std::string description,
-                          trnccl::Communicator::PlanFn plan, trncclRequest_t* request) {
+                          trnccl::Communicator::PlanFn plan, trncclRequest_t* request,
+                          const std::vector<const void*>& buffers) {
   trnccl::Communicator& impl = *comm->impl;
-  if (!request) return report(comm, impl.runPlan(kind, std::move(description), std::move(plan)));
-  auto op = impl.enqueuePlan(kind, std::move(description), std::move(plan));
+  if (!request)
+    return report(comm, impl.runPlan(kind, std::move(description), std::move(plan), buffers));
+  auto op = impl.enqueuePlan(kind, std::move(description), std::move(plan), buffers);
   if (!op.isOk()) return report(comm, op.status());
   *request = new trncclRequest{comm->impl, op.value()};
   return trncclSuccess;
+}
+
+// The caller's buffers a call uses (pinned while it is queued when in trncclMemAlloc memory).
+std::vector<const void*> buffersOf(const trnccl::moe::DispatchArgs& a) {
+  return {a.tokens, a.weights, a.outTokens, a.outWeights, a.outIdx, a.tokenScales, a.outScales};
+}
+std::vector<const void*> buffersOf(const trnccl::moe::CombineArgs& a) {
+  return {a.expertTokens, a.out};
 }
 
 // Every dispatch and combine entry point: the routing and request checks, the call's own
@@ -71,7 +81,7 @@ trncclResult_t engineCall(const char* fn, trnccl::CollKind kind, trncclEpRouting
       trnccl::strformat("%s(tokens=%zu, hidden=%zu, ", fn, routing->impl->numTokens, args.hidden) +
       trnccl::strformat(detailFormat, detail) + ")";
   return submitPlan(routing->comm, kind, std::move(description), prepare(routing->impl),
-                    async ? request : nullptr);
+                    async ? request : nullptr, buffersOf(args));
 }
 
 trncclResult_t dispatch(trncclEpRouting_t routing, const trnccl::moe::DispatchArgs& args,

@@ -281,8 +281,16 @@ ScheduleBuilder::PeerSendBuffer Operation::PeerMemoryOf::sendBuffer(int q) const
   if (seq == 0 || q < 0 || q >= localSize || !ctx_.peerRegions) return out;
   const shm::OpDescriptor& theirs =
       ctx_.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots];
-  const shm::SharedRegion& region = theirs.sendRegion;
-  if (theirs.seq != seq || region.id == 0 || region.offset >= region.bytes) return out;
+  if (theirs.seq != seq) return out;
+  return region(q, theirs.sendRegion);
+}
+
+ScheduleBuilder::PeerSendBuffer Operation::PeerMemoryOf::region(
+    int q, const shm::SharedRegion& region) const {
+  ScheduleBuilder::PeerSendBuffer out;
+  if (q < 0 || q >= static_cast<int>(ctx_.globalOfLocal.size()) || !ctx_.peerRegions ||
+      region.id == 0 || region.offset >= region.bytes)
+    return out;
   const char* base = ctx_.peerRegions->map(q, ctx_.pidOfLocal[q], region);
   if (!base) return out;
   out.mapped = base + region.offset;

@@ -116,6 +116,8 @@ class Operation {
    public:
     PeerMemoryOf(const Operation& op, const ExecContext& ctx) : op_(op), ctx_(ctx) {}
     ScheduleBuilder::PeerSendBuffer sendBuffer(int localPeer) const override;
+    ScheduleBuilder::PeerSendBuffer region(int localPeer,
+                                           const shm::SharedRegion& region) const override;
     void countRead(int localPeer, size_t bytes) const override;
 
    private:

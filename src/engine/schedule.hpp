@@ -300,12 +300,17 @@ class ScheduleBuilder {
    public:
     virtual ~PeerMemory() = default;
     virtual PeerSendBuffer sendBuffer(int localPeer) const = 0;
+    // Another allocation the peer named (shm::findSharedRegion on its side), mapped here.
+    virtual PeerSendBuffer region(int localPeer, const shm::SharedRegion& region) const = 0;
     // Bytes read from the peer's buffer, counted as received from it (traffic counters).
     virtual void countRead(int localPeer, size_t bytes) const = 0;
   };
   void setPeerMemory(const PeerMemory* memory) { peerMemory_ = memory; }
   PeerSendBuffer peerSendBuffer(int localPeer) const {
     return peerMemory_ ? peerMemory_->sendBuffer(localPeer) : PeerSendBuffer{};
+  }
+  PeerSendBuffer peerRegion(int localPeer, const shm::SharedRegion& region) const {
+    return peerMemory_ ? peerMemory_->region(localPeer, region) : PeerSendBuffer{};
   }
   void countPeerRead(int localPeer, size_t bytes) const {
     if (peerMemory_) peerMemory_->countRead(localPeer, bytes);

@@ -65,52 +65,61 @@ void sumRows(trncclDataType_t type, void* dst, const void* const* srcs, int n, s
   }
 }
 
+void prefetchSlots(const char* slotsBase, const int64_t* slotOf, int K, size_t rowBytes) {
+  for (int i = 0; i < K && slotOf[i] >= 0; ++i) {
+    const char* slot = slotsBase + (slotOf[i] * rowBytes);
+    for (size_t offset = 0; offset < rowBytes; offset += 64) __builtin_prefetch(slot + offset);
+  }
+}
+
+void sumRowSlots(trncclDataType_t type, void* dst, const char* slotsBase, const int64_t* slotOf,
+                 int K, const float* slotWeights, size_t hidden, size_t rowBytes, float* acc,
+                 const void** srcs) {
+  int n = 0;
+  while (n < K && slotOf[n] >= 0) {
+    srcs[n] = slotsBase + (slotOf[n] * rowBytes);
+    ++n;
+  }
+  if (!slotWeights) {
+    sumRows(type, dst, srcs, n, hidden, rowBytes);
+  } else if (type == trncclFloat64) {  // fp64 (gradient checks) accumulates in fp64
+    double* out = static_cast<double*>(dst);
+    std::fill(out, out + hidden, 0.0);
+    for (int i = 0; i < n; ++i) {
+      const double w = slotWeights[slotOf[i]];
+      const double* src = static_cast<const double*>(srcs[i]);
+      for (size_t k = 0; k < hidden; ++k) out[k] += w * src[k];
+    }
+  } else {
+    std::fill(acc, acc + hidden, 0.0f);
+    for (int i = 0; i < n; ++i) addScaled(type, slotWeights[slotOf[i]], srcs[i], acc, hidden);
+    storeRow(type, acc, dst, hidden);
+  }
+}
+
 // Expert-major rows for the trip back: each received row is the sum of its slots (weighted:
 // each slot times the weight it was dispatched with).
-void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* rowsOut) {
+void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* rowsOut,
+              int skipOrigin) {
   Staging& st = *rt.group->staging;
   const trncclDataType_t type = rt.group->config.combineType();
-  const int K = rt.topk;
-  const size_t rows = rt.recvRows();
-  std::vector<const void*> srcs(K);
+  const int K = rt.topk, n = rt.group->nranks();
+  const char* slots = static_cast<const char*>(a.expertTokens);
+  const float* weights = a.weighted ? rt.slotWeights.data() : nullptr;
   st.accumulator.resize(a.hidden);
+  std::vector<const void*> srcs(K);
   // A row's slots lie in different expert zones, each a short stream that the hardware
   // prefetcher picks up late (it stops at every page): fetch the next row's slots while this
   // one is summed.
-  auto prefetchRow = [&](size_t j) {
-    for (int i = 0; i < K && rt.slotOf[j * K + i] >= 0; ++i) {
-      const char* slot = byteAt(a.expertTokens, rt.slotOf[j * K + i] * rowBytes);
-      for (size_t offset = 0; offset < rowBytes; offset += 64) __builtin_prefetch(slot + offset);
+  for (int q = 0; q < n; ++q) {
+    if (q == skipOrigin) continue;
+    const size_t end = rt.recvBegin[q + 1];
+    if (rt.recvBegin[q] < end) prefetchSlots(slots, &rt.slotOf[rt.recvBegin[q] * K], K, rowBytes);
+    for (size_t j = rt.recvBegin[q]; j < end; ++j) {
+      if (j + 1 < end) prefetchSlots(slots, &rt.slotOf[(j + 1) * K], K, rowBytes);
+      sumRowSlots(type, rowsOut + (j * rowBytes), slots, &rt.slotOf[j * K], K, weights, a.hidden,
+                  rowBytes, st.accumulator.data(), srcs.data());
     }
-  };
-  if (rows > 0) prefetchRow(0);
-  for (size_t j = 0; j < rows; ++j) {
-    if (j + 1 < rows) prefetchRow(j + 1);
-    void* dst = rowsOut + (j * rowBytes);
-    int n = 0;
-    while (n < K && rt.slotOf[j * K + n] >= 0) {
-      srcs[n] = byteAt(a.expertTokens, rt.slotOf[j * K + n] * rowBytes);
-      ++n;
-    }
-    if (!a.weighted) {
-      sumRows(type, dst, srcs.data(), n, a.hidden, rowBytes);
-      continue;
-    }
-    if (type == trncclFloat64) {  // fp64 (gradient checks) accumulates in fp64
-      double* out = static_cast<double*>(dst);
-      std::fill(out, out + a.hidden, 0.0);
-      for (int i = 0; i < n; ++i) {
-        const double w = rt.slotWeights[rt.slotOf[j * K + i]];
-        const double* src = static_cast<const double*>(srcs[i]);
-        for (size_t k = 0; k < a.hidden; ++k) out[k] += w * src[k];
-      }
-      continue;
-    }
-    float* acc = st.accumulator.data();
-    std::fill(acc, acc + a.hidden, 0.0f);
-    for (int i = 0; i < n; ++i)
-      addScaled(type, rt.slotWeights[rt.slotOf[j * K + i]], srcs[i], acc, a.hidden);
-    storeRow(type, acc, dst, a.hidden);
   }
 }
 
@@ -118,7 +127,7 @@ const char* expertRowsInFlatOrder(const Routing& rt, const CombineArgs& a, size_
                                   Staging& st) {
   if (rt.layout == trncclEpLayoutFlat) return static_cast<const char*>(a.expertTokens);
   st.sendRows.resize(rt.recvRows() * rowBytes);
-  sumSlots(rt, a, rowBytes, st.sendRows.data());
+  sumSlots(rt, a, rowBytes, st.sendRows.data(), /*skipOrigin=*/-1);
   return st.sendRows.data();
 }
 

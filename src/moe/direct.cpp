@@ -11,6 +11,8 @@
 // destination (Routing::sendBegin); combine: the rows for each origin in flat order
 // (Routing::recvBegin).
 #include <algorithm>
+#include <cstring>
+#include <new>
 
 #include "collectives/algorithm.hpp"
 #include "core/dtype.hpp"
@@ -19,22 +21,29 @@
 namespace trnccl::moe {
 namespace {
 
-constexpr size_t kHeaderWords = 2;  // rowsOffset, weightsOffset; then begin[n + 1]
+// The start of every rank's staging; begin[n + 1] follows it.
+struct StagingHeader {
+  uint64_t rowsOffset = 0;         // rows: dispatch's packed rows, combine's in flat order
+  uint64_t weightsOffset = 0;      // dispatch: each packed row's weights
+  uint64_t slotsOffset = 0;        // combine from the outputs, expert-major: rows x K slots
+  uint64_t slotWeightsOffset = 0;  // ... and each slot's weight (0: unweighted)
+  uint64_t fromOutputs = 0;        // combine: 1 = read the caller's expertTokens (outputs)
+  shm::SharedRegion outputs;       // where they are, in memory peers map
+};
 
 size_t align64(size_t bytes) {
   return (bytes + 63) / 64 * 64;
 }
 
 size_t headerBytes(int n) {
-  return align64((kHeaderWords + n + 1) * sizeof(uint64_t));
+  return align64(sizeof(StagingHeader) + ((n + 1) * sizeof(uint64_t)));
 }
 
-void writeHeader(char* staging, size_t rowsOffset, size_t weightsOffset,
-                 const std::vector<size_t>& begin) {
-  auto* words = reinterpret_cast<uint64_t*>(staging);
-  words[0] = rowsOffset;
-  words[1] = weightsOffset;
-  for (size_t q = 0; q < begin.size(); ++q) words[kHeaderWords + q] = begin[q];
+StagingHeader* writeHeader(char* staging, const std::vector<size_t>& begin) {
+  auto* header = new (staging) StagingHeader();
+  auto* words = reinterpret_cast<uint64_t*>(staging + sizeof(StagingHeader));
+  for (size_t q = 0; q < begin.size(); ++q) words[q] = begin[q];
+  return header;
 }
 
 // Publishes the staging with this call's descriptor, waits for every rank's, runs read (which
@@ -56,16 +65,22 @@ void exchange(ScheduleBuilder& b, CollKind kind, const EpGroup& g, size_t hidden
   b.waitAll(b.post());
 }
 
-// Peer q's rows (and weights) for this rank in its mapped staging, checked against the
-// header's bounds and this rank's routing (ranks whose routings disagree must not read past
-// what the peer staged). Local index = rank: the group's ranks all share one node.
-struct PeerPart {
-  const char* rows = nullptr;
-  const float* weights = nullptr;
+// Peer q's staging as this rank reads it: its header and where this rank's rows begin and end
+// in its order, checked against this rank's routing (ranks whose routings disagree must not
+// read past what the peer staged). Local index = rank: the group's ranks share one node.
+struct PeerStaging {
+  const char* base = nullptr;
+  size_t bytes = 0;
+  StagingHeader header;
+  uint64_t first = 0, last = 0;
+  // Whether [offset + first * unit, offset + last * unit) lies inside the staging.
+  bool holds(uint64_t offset, size_t unit) const {
+    return offset != 0 && offset + (last * unit) <= bytes;
+  }
 };
 
-Result<PeerPart> peerPart(const ScheduleBuilder& b, const EpGroup& g, int q, size_t expectRows,
-                          size_t rowBytes, int topk, const char* call) {
+Result<PeerStaging> peerStaging(const ScheduleBuilder& b, const EpGroup& g, int q,
+                                size_t expectRows, const char* call) {
   const int n = g.nranks(), me = g.rank();
   const ScheduleBuilder::PeerSendBuffer peer = b.peerSendBuffer(q);
   if (!peer.mapped)
@@ -76,27 +91,26 @@ Result<PeerPart> peerPart(const ScheduleBuilder& b, const EpGroup& g, int q, siz
   if (peer.bytes < headerBytes(n))
     return makeError(Code::kInternalError, "rank %d %s: rank %d's staging is %zu bytes", me, call,
                      q, peer.bytes);
-  const auto* words = reinterpret_cast<const uint64_t*>(peer.mapped);
-  const uint64_t rowsOffset = words[0], weightsOffset = words[1];
-  const uint64_t first = words[kHeaderWords + me], last = words[kHeaderWords + me + 1];
-  if (last < first || last - first != expectRows)
+  PeerStaging s;
+  s.base = peer.mapped;
+  s.bytes = peer.bytes;
+  std::memcpy(&s.header, peer.mapped, sizeof s.header);
+  const auto* begin = reinterpret_cast<const uint64_t*>(peer.mapped + sizeof(StagingHeader));
+  s.first = begin[me];
+  s.last = begin[me + 1];
+  if (s.last < s.first || s.last - s.first != expectRows)
     return makeError(Code::kRemoteError,
                      "rank %d %s: rank %d staged %llu rows for this rank, its routing expects "
                      "%zu; the ranks' routings differ (each rank must pass the routing made "
                      "by the same trncclEpRoutingCreate)",
-                     me, call, q, static_cast<unsigned long long>(last - first), expectRows);
-  const bool weightsToo = weightsOffset != 0;
-  if (rowsOffset + last * rowBytes > peer.bytes ||
-      (weightsToo && weightsOffset + last * topk * sizeof(float) > peer.bytes))
-    return makeError(Code::kInternalError,
-                     "rank %d %s: rank %d's staging header points past its %zu bytes", me, call, q,
-                     peer.bytes);
-  PeerPart part;
-  part.rows = peer.mapped + rowsOffset + (first * rowBytes);
-  if (weightsToo)
-    part.weights = reinterpret_cast<const float*>(peer.mapped + weightsOffset) + (first * topk);
-  b.countPeerRead(q, expectRows * (rowBytes + (weightsToo ? topk * sizeof(float) : 0)));
-  return part;
+                     me, call, q, static_cast<unsigned long long>(s.last - s.first), expectRows);
+  return s;
+}
+
+Status pastItsStaging(const EpGroup& g, int q, const char* call) {
+  return makeError(Code::kInternalError,
+                   "rank %d %s: rank %d's staging header points past its buffers", g.rank(), call,
+                   q);
 }
 
 Status readDispatch(const ScheduleBuilder& b, Routing& rt, const DispatchArgs& a, size_t rowBytes) {
@@ -106,24 +120,141 @@ Status readDispatch(const ScheduleBuilder& b, Routing& rt, const DispatchArgs& a
   const bool flat = rt.layout == trncclEpLayoutFlat;
   const char* call = a.scaled ? "trncclEpDispatchScaled" : "trncclEpDispatch";
   st.recvWeights.resize(rt.recvRows() * K);
-  const auto* own = reinterpret_cast<const uint64_t*>(st.shared.data());
+  const auto* own = reinterpret_cast<const StagingHeader*>(st.shared.data());
   copyBytes(st.recvWeights.data() + (rt.recvBegin[me] * K),
-            reinterpret_cast<const float*>(st.shared.data() + own[1]) + (rt.sendBegin[me] * K),
+            reinterpret_cast<const float*>(st.shared.data() + own->weightsOffset) +
+                (rt.sendBegin[me] * K),
             rt.sendRows(me) * K * sizeof(float));
   std::vector<const char*> rowsFrom(n, nullptr);
   for (int q = 0; q < n; ++q) {
     if (q == me) continue;
     const size_t rows = rt.recvRowsFrom(q);
-    auto part = peerPart(b, g, q, rows, rowBytes, K, call);
-    TRNCCL_RETURN_IF_ERROR(part.status());
-    copyBytes(st.recvWeights.data() + (rt.recvBegin[q] * K), part.value().weights,
+    auto peer = peerStaging(b, g, q, rows, call);
+    TRNCCL_RETURN_IF_ERROR(peer.status());
+    const PeerStaging& s = peer.value();
+    if (!s.holds(s.header.rowsOffset, rowBytes) ||
+        !s.holds(s.header.weightsOffset, K * sizeof(float)))
+      return pastItsStaging(g, q, call);
+    copyBytes(st.recvWeights.data() + (rt.recvBegin[q] * K),
+              reinterpret_cast<const float*>(s.base + s.header.weightsOffset) + (s.first * K),
               rows * K * sizeof(float));
-    rowsFrom[q] = part.value().rows;
+    rowsFrom[q] = s.base + s.header.rowsOffset + (s.first * rowBytes);
     if (flat)
       copyBytes(byteAt(a.outTokens, rt.recvBegin[q] * rowBytes), rowsFrom[q], rows * rowBytes);
+    b.countPeerRead(q, rows * (rowBytes + (K * sizeof(float))));
   }
   // Expert-major: finishDispatch copies each row from the peer's staging into its slots.
   return finishDispatch(rt, a, rowBytes, rowsFrom.data());
+}
+
+// Where combine finds the rows one destination rank sends back to this rank: ready rows, or
+// the slots of the expert outputs that make them (summed here, as sumSlots would there).
+struct RowSource {
+  const char* rows = nullptr;       // row i at rows + i * rowBytes
+  const char* slots = nullptr;      // or: the expert outputs ...
+  const int64_t* slotOf = nullptr;  // ... row i's slots at slotOf[i * K ...]
+  const float* slotWeights = nullptr;
+};
+
+Result<RowSource> peerRows(const ScheduleBuilder& b, const Routing& rt, int q, size_t rowBytes) {
+  const EpGroup& g = *rt.group;
+  const int K = rt.topk;
+  const char* call = "trncclEpCombine";
+  const size_t rows = rt.sendRows(q);
+  auto peer = peerStaging(b, g, q, rows, call);
+  TRNCCL_RETURN_IF_ERROR(peer.status());
+  const PeerStaging& s = peer.value();
+  RowSource source;
+  if (!s.header.fromOutputs) {
+    if (!s.holds(s.header.rowsOffset, rowBytes)) return pastItsStaging(g, q, call);
+    source.rows = s.base + s.header.rowsOffset + (s.first * rowBytes);
+    b.countPeerRead(q, rows * rowBytes);
+    return source;
+  }
+  const ScheduleBuilder::PeerSendBuffer outputs = b.peerRegion(q, s.header.outputs);
+  if (!outputs.mapped)
+    return makeError(Code::kSystemError,
+                     "rank %d %s: could not map rank %d's expert outputs (trncclMemAlloc memory, "
+                     "through /proc/<pid>/fd); set TRNCCL_MOE_DIRECT=0",
+                     g.rank(), call, q);
+  if (rt.layout == trncclEpLayoutFlat) {
+    if (s.last * rowBytes > outputs.bytes) return pastItsStaging(g, q, call);
+    source.rows = outputs.mapped + (s.first * rowBytes);
+    b.countPeerRead(q, rows * rowBytes);
+    return source;
+  }
+  if (!s.holds(s.header.slotsOffset, K * sizeof(int64_t))) return pastItsStaging(g, q, call);
+  source.slots = outputs.mapped;
+  source.slotOf = reinterpret_cast<const int64_t*>(s.base + s.header.slotsOffset) + (s.first * K);
+  // Every slot this rank will read must lie in the outputs (and have its weight staged).
+  int64_t maxSlot = -1;
+  size_t slots = 0;
+  for (size_t e = 0; e < rows * K; ++e) {
+    maxSlot = std::max(maxSlot, source.slotOf[e]);
+    slots += source.slotOf[e] >= 0;
+  }
+  const size_t held = outputs.bytes / rowBytes;
+  if (maxSlot >= 0 && static_cast<size_t>(maxSlot) >= held) return pastItsStaging(g, q, call);
+  if (s.header.slotWeightsOffset) {
+    if (s.header.slotWeightsOffset + ((maxSlot + 1) * sizeof(float)) > s.bytes)
+      return pastItsStaging(g, q, call);
+    source.slotWeights = reinterpret_cast<const float*>(s.base + s.header.slotWeightsOffset);
+  }
+  b.countPeerRead(q, slots * rowBytes);
+  return source;
+}
+
+// The origin's sums: each token's rows in ascending destination order, as every path sums
+// them (rows made from slots first, with the expert side's arithmetic): the same bits.
+Status sumTokens(const ScheduleBuilder& b, const Routing& rt, const CombineArgs& a, size_t rowBytes,
+                 const RowSource& own) {
+  const EpGroup& g = *rt.group;
+  Staging& st = *g.staging;
+  const int n = g.nranks(), me = g.rank(), K = rt.topk;
+  const trncclDataType_t type = g.config.combineType();
+  std::vector<RowSource> from(n);
+  from[me] = own;
+  for (int q = 0; q < n; ++q) {
+    if (q == me || rt.sendRows(q) == 0) continue;
+    auto source = peerRows(b, rt, q, rowBytes);
+    TRNCCL_RETURN_IF_ERROR(source.status());
+    from[q] = source.value();
+  }
+  st.accumulator.resize(a.hidden);
+  st.recvRows.resize(n * rowBytes);  // a token's rows made from slots (at most one per rank)
+  std::vector<const void*> srcs, slotSrcs(K);
+  std::vector<int> destOfRow(rt.sendBegin[n]);
+  for (int q = 0; q < n; ++q)
+    std::fill(destOfRow.begin() + rt.sendBegin[q], destOfRow.begin() + rt.sendBegin[q + 1], q);
+  for (size_t t = 0; t < rt.numTokens; ++t) {
+    srcs.clear();
+    for (size_t r = rt.tokenBegin[t]; r < rt.tokenBegin[t + 1]; ++r) {
+      const size_t p = rt.tokenRows[r];
+      const int q = destOfRow[p];
+      const RowSource& source = from[q];
+      const size_t i = p - rt.sendBegin[q];
+      if (source.rows) {
+        srcs.push_back(source.rows + (i * rowBytes));
+        continue;
+      }
+      char* made = st.recvRows.data() + (srcs.size() * rowBytes);
+      sumRowSlots(type, made, source.slots, source.slotOf + (i * K), K, source.slotWeights,
+                  a.hidden, rowBytes, st.accumulator.data(), slotSrcs.data());
+      srcs.push_back(made);
+    }
+    // The next token's slots, while this one is summed.
+    if (t + 1 < rt.numTokens)
+      for (size_t r = rt.tokenBegin[t + 1]; r < rt.tokenBegin[t + 2]; ++r) {
+        const size_t p = rt.tokenRows[r];
+        const RowSource& source = from[destOfRow[p]];
+        if (!source.rows)
+          prefetchSlots(source.slots, source.slotOf + ((p - rt.sendBegin[destOfRow[p]]) * K), K,
+                        rowBytes);
+      }
+    sumRows(type, byteAt(a.out, t * rowBytes), srcs.data(), static_cast<int>(srcs.size()), a.hidden,
+            rowBytes);
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -139,7 +270,9 @@ Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& ro
   const size_t weightsOffset = align64(rowsOffset + (rows * rowBytes));
   TRNCCL_RETURN_IF_ERROR(st.shared.reserve(weightsOffset + (rows * rt.topk * sizeof(float))));
   char* staging = st.shared.data();
-  writeHeader(staging, rowsOffset, weightsOffset, rt.sendBegin);
+  StagingHeader* header = writeHeader(staging, rt.sendBegin);
+  header->rowsOffset = rowsOffset;
+  header->weightsOffset = weightsOffset;
   packRows(rt, a, rowBytes, staging + rowsOffset,
            reinterpret_cast<float*>(staging + weightsOffset));
   if (rt.layout == trncclEpLayoutFlat)  // this rank's own rows: straight from its tokens
@@ -159,58 +292,62 @@ Status planCombineDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& rou
   const Routing& rt = *routing;
   const EpGroup& g = *rt.group;
   Staging& st = *g.staging;
-  const int n = g.nranks(), me = g.rank();
+  const int n = g.nranks(), me = g.rank(), K = rt.topk;
+  const bool flat = rt.layout == trncclEpLayoutFlat;
   const size_t rowBytes = a.hidden * dtypeSize(g.config.combineType());
-  const size_t rowsOffset = headerBytes(n);
-  TRNCCL_RETURN_IF_ERROR(st.shared.reserve(rowsOffset + (rt.recvRows() * rowBytes)));
+  // Expert outputs in memory peers map (trncclMemAlloc) are read where they are: nothing is
+  // staged but (expert-major) each row's slots and the slots' weights.
+  shm::SharedRegion outputs;
+  const size_t outputRows = flat ? rt.recvRows() : rt.recvSlots();
+  const bool fromOutputs = outputRows > 0 && shm::findSharedRegion(a.expertTokens, &outputs) &&
+                           outputs.offset + (outputRows * rowBytes) <= outputs.bytes;
+  const size_t base = headerBytes(n);
+  size_t need = base;
+  if (!fromOutputs)
+    need += rt.recvRows() * rowBytes;
+  else if (!flat)
+    need += align64(rt.recvRows() * K * sizeof(int64_t)) + (rt.recvSlots() * 4);
+  TRNCCL_RETURN_IF_ERROR(st.shared.reserve(need));
   char* staging = st.shared.data();
-  writeHeader(staging, rowsOffset, 0, rt.recvBegin);
-  // The rows in flat order where peers read them: expert-major sums each row's slots there;
-  // flat stages every peer's rows (this rank's own are read from the caller's buffer).
-  const char* ownRows;
-  if (rt.layout == trncclEpLayoutFlat) {
-    for (int q = 0; q < n; ++q)
-      if (q != me)
-        copyBytes(staging + rowsOffset + (rt.recvBegin[q] * rowBytes),
-                  byteAt(a.expertTokens, rt.recvBegin[q] * rowBytes),
-                  rt.recvRowsFrom(q) * rowBytes);
-    ownRows = byteAt(a.expertTokens, rt.recvBegin[me] * rowBytes);
+  StagingHeader* header = writeHeader(staging, rt.recvBegin);
+  if (fromOutputs) {
+    header->fromOutputs = 1;
+    header->outputs = outputs;
+    if (!flat) {
+      header->slotsOffset = base;
+      copyBytes(staging + base, rt.slotOf.data(), rt.slotOf.size() * sizeof(int64_t));
+      if (a.weighted) {
+        header->slotWeightsOffset = base + align64(rt.slotOf.size() * sizeof(int64_t));
+        copyBytes(staging + header->slotWeightsOffset, rt.slotWeights.data(),
+                  rt.slotWeights.size() * sizeof(float));
+      }
+    }
   } else {
-    sumSlots(rt, a, rowBytes, staging + rowsOffset);
-    ownRows = staging + rowsOffset + (rt.recvBegin[me] * rowBytes);
+    // The rows other ranks read, in flat order (this rank's own are made where it reads them).
+    header->rowsOffset = base;
+    if (flat) {
+      for (int q = 0; q < n; ++q)
+        if (q != me)
+          copyBytes(staging + base + (rt.recvBegin[q] * rowBytes),
+                    byteAt(a.expertTokens, rt.recvBegin[q] * rowBytes),
+                    rt.recvRowsFrom(q) * rowBytes);
+    } else {
+      sumSlots(rt, a, rowBytes, staging + base, /*skipOrigin=*/me);
+    }
+  }
+  RowSource own;
+  if (flat) {
+    own.rows = byteAt(a.expertTokens, rt.recvBegin[me] * rowBytes);
+  } else {
+    own.slots = static_cast<const char*>(a.expertTokens);
+    own.slotOf = rt.slotOf.data() + (rt.recvBegin[me] * K);
+    own.slotWeights = a.weighted ? rt.slotWeights.data() : nullptr;
   }
   const CombineArgs args = a;
-  exchange(
-      b, CollKind::kMoeCombine, g, a.hidden, g.config.combineType(),
-      [routing, args, rowBytes, ownRows](ScheduleBuilder& later) -> Status {
-        const Routing& rt = *routing;
-        const EpGroup& g = *rt.group;
-        const int n = g.nranks(), me = g.rank();
-        std::vector<const char*> rowsAt(n);  // the first row each destination sent back
-        rowsAt[me] = ownRows;
-        for (int q = 0; q < n; ++q) {
-          if (q == me) continue;
-          auto part = peerPart(later, g, q, rt.sendRows(q), rowBytes, rt.topk, "trncclEpCombine");
-          TRNCCL_RETURN_IF_ERROR(part.status());
-          rowsAt[q] = part.value().rows;
-        }
-        // Each token's rows in ascending destination order, as the transports' path
-        // sums them: the same result bit for bit.
-        std::vector<const void*> srcs;
-        for (size_t t = 0; t < rt.numTokens; ++t) {
-          srcs.clear();
-          for (size_t i = rt.tokenBegin[t]; i < rt.tokenBegin[t + 1]; ++i) {
-            const size_t p = rt.tokenRows[i];
-            const int q =
-                static_cast<int>(std::upper_bound(rt.sendBegin.begin(), rt.sendBegin.end(), p) -
-                                 rt.sendBegin.begin() - 1);
-            srcs.push_back(rowsAt[q] + ((p - rt.sendBegin[q]) * rowBytes));
-          }
-          sumRows(g.config.combineType(), byteAt(args.out, t * rowBytes), srcs.data(),
-                  static_cast<int>(srcs.size()), args.hidden, rowBytes);
-        }
-        return Status::ok();
-      });
+  exchange(b, CollKind::kMoeCombine, g, a.hidden, g.config.combineType(),
+           [routing, args, rowBytes, own](ScheduleBuilder& later) {
+             return sumTokens(later, *routing, args, rowBytes, own);
+           });
   return Status::ok();
 }
 

@@ -218,8 +218,18 @@ Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes,
 // rows are left out) and every packed row's weights (weights + p * topk).
 void packRows(const Routing& rt, const DispatchArgs& a, size_t rowBytes, char* rows,
               float* weights);
-// Expert-major combine's rows in flat order: row j = its slots summed (weighted if asked).
-void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* rowsOut);
+// Expert-major combine's rows in flat order: row j = its slots summed (weighted if asked),
+// except the rows of origin skipOrigin (-1: none).
+void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* rowsOut,
+              int skipOrigin);
+// One such row: dst = the slots slotOf[0..K) (-1 ends them) of slotsBase summed, each times
+// slotWeights[slot] (nullptr: unweighted). Every path computes rows with it, so all give the
+// same bits. acc: hidden floats; srcs: K pointers (scratch).
+void sumRowSlots(trncclDataType_t type, void* dst, const char* slotsBase, const int64_t* slotOf,
+                 int K, const float* slotWeights, size_t hidden, size_t rowBytes, float* acc,
+                 const void** srcs);
+// Reads ahead the slots of one row.
+void prefetchSlots(const char* slotsBase, const int64_t* slotOf, int K, size_t rowBytes);
 void sumRows(trncclDataType_t type, void* dst, const void* const* srcs, int n, size_t hidden,
              size_t rowBytes);
 const char* expertRowsInFlatOrder(const Routing& rt, const CombineArgs& a, size_t rowBytes,
