@@ -241,11 +241,12 @@ class Engine {
       expertOut = expertOut_.data();
     }
     const double experts = nowUs() - t2;
-    t2 += experts;
+    const double dispatchUs = t2 - t1;
+    t2 += experts;  // combine starts after the experts
     ok = ok && trncclEpCombine(routing, expertOut, s.hidden, out, flat ? 0 : 1) == trncclSuccess;
     double t3 = nowUs();
     times->route += t1 - t0;
-    times->dispatch += t2 - t1;
+    times->dispatch += dispatchUs;
     times->expert += experts;
     times->combine += t3 - t2;
     if (ok && sentRows_ == 0) sentRows_ = countSentRows(w);

@@ -119,6 +119,7 @@ Status readDispatch(const ScheduleBuilder& b, Routing& rt, const DispatchArgs& a
   const int n = g.nranks(), me = g.rank(), K = rt.topk;
   const bool flat = rt.layout == trncclEpLayoutFlat;
   const char* call = a.scaled ? "trncclEpDispatchScaled" : "trncclEpDispatch";
+  const size_t payloadBytes = a.hidden * dtypeSize(g.config.payload);
   st.recvWeights.resize(rt.recvRows() * K);
   const auto* own = reinterpret_cast<const StagingHeader*>(st.shared.data());
   copyBytes(st.recvWeights.data() + (rt.recvBegin[me] * K),
@@ -139,8 +140,11 @@ Status readDispatch(const ScheduleBuilder& b, Routing& rt, const DispatchArgs& a
               reinterpret_cast<const float*>(s.base + s.header.weightsOffset) + (s.first * K),
               rows * K * sizeof(float));
     rowsFrom[q] = s.base + s.header.rowsOffset + (s.first * rowBytes);
-    if (flat)
+    if (flat && !a.scaled)
       copyBytes(byteAt(a.outTokens, rt.recvBegin[q] * rowBytes), rowsFrom[q], rows * rowBytes);
+    else if (flat)  // fp8: payload and scale straight into the caller's buffers
+      for (size_t i = 0; i < rows; ++i)
+        landRow(a, payloadBytes, rt.recvBegin[q] + i, rowsFrom[q] + (i * rowBytes));
     b.countPeerRead(q, rows * (rowBytes + (K * sizeof(float))));
   }
   // Expert-major: finishDispatch copies each row from the peer's staging into its slots.
@@ -275,11 +279,13 @@ Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& ro
   header->weightsOffset = weightsOffset;
   packRows(rt, a, rowBytes, staging + rowsOffset,
            reinterpret_cast<float*>(staging + weightsOffset));
+  const size_t payloadBytes = a.hidden * dtypeSize(g.config.payload);
   if (rt.layout == trncclEpLayoutFlat)  // this rank's own rows: straight from its tokens
     for (size_t i = 0; i < rt.sendRows(me); ++i)
-      copyBytes(byteAt(a.outTokens, (rt.recvBegin[me] + i) * rowBytes),
-                byteAt(a.tokens, rt.rowToken[rt.sendBegin[me] + i] * rowBytes), rowBytes);
-  const DispatchArgs args = a;
+      landRow(a, payloadBytes, rt.recvBegin[me] + i,
+              byteAt(a.tokens, rt.rowToken[rt.sendBegin[me] + i] * rowBytes));
+  DispatchArgs args = a;
+  args.landed = true;
   exchange(b, CollKind::kMoeDispatch, g, a.hidden, g.config.payload,
            [routing, args, rowBytes](ScheduleBuilder& later) {
              return readDispatch(later, *routing, args, rowBytes);

@@ -62,15 +62,26 @@ Status checkDispatch(const Routing& routing, const DispatchArgs& a) {
   return Status::ok();
 }
 
-namespace {
-
 // Scaled dispatch: where a row's scale sits in its wire row (after the fp8 bytes, aligned).
 size_t scaleOffset(size_t payloadBytes) {
   return (payloadBytes + alignof(float) - 1) / alignof(float) * alignof(float);
 }
 
-// The caller's tokens with their scales appended into staging, and the outputs redirected to
-// staging of the wire rows; finishDispatch splits them into the caller's buffers.
+void landRow(const DispatchArgs& a, size_t payloadBytes, size_t j, const char* row) {
+  if (!a.scaled) {
+    copyBytes(byteAt(a.outTokens, j * a.rowBytes), row, a.rowBytes);
+    return;
+  }
+  copyBytes(byteAt(a.callerOutTokens, j * payloadBytes), row, payloadBytes);
+  copyBytes(a.outScales + j, row + scaleOffset(payloadBytes), sizeof(float));
+}
+
+namespace {
+
+// The caller's tokens with their scales appended into staging, and (flat: rows land in the
+// output as they arrive) the output redirected to staging of the wire rows, which
+// finishDispatch splits into the caller's buffers; expert-major rows are split as they are
+// written into their slots.
 DispatchArgs withScales(const Routing& rt, const DispatchArgs& a, size_t payloadBytes) {
   Staging& st = *rt.group->staging;
   DispatchArgs wire = a;
@@ -81,10 +92,12 @@ DispatchArgs withScales(const Routing& rt, const DispatchArgs& a, size_t payload
     copyBytes(row, byteAt(a.tokens, t * payloadBytes), payloadBytes);
     copyBytes(row + scaleOffset(payloadBytes), a.tokenScales + t, sizeof(float));
   }
-  st.scaledOut.resize((rt.lowLatency ? rt.lowLatencyCapacity : rt.received()) * wire.rowBytes);
+  const bool flat = rt.layout == trncclEpLayoutFlat;
+  st.scaledOut.resize(flat ? (rt.lowLatency ? rt.lowLatencyCapacity : rt.received()) * wire.rowBytes
+                           : 0);
   wire.tokens = st.scaledIn.data();
   wire.callerOutTokens = a.outTokens;
-  wire.outTokens = st.scaledOut.data();
+  if (flat) wire.outTokens = st.scaledOut.data();
   return wire;
 }
 
@@ -140,10 +153,11 @@ Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes,
       copyBytes(args.outWeights, st.recvWeights.data(), recvRows * K * sizeof(float));
     if (args.outIdx)
       for (size_t e = 0; e < recvRows * K; ++e) args.outIdx[e] = rt.recvIds[e];
-    if (args.scaled) splitScales(rt, args);
+    if (args.scaled && !args.landed) splitScales(rt, args);
     return Status::ok();
   }
   rt.slotWeights.assign(rt.recvSlots(), 0.0f);
+  const size_t payloadBytes = args.hidden * dtypeSize(rt.group->config.payload);
   for (int q = 0; q < n; ++q) {
     for (size_t j = rt.recvBegin[q]; j < rt.recvBegin[q + 1]; ++j) {
       const size_t i = j - rt.recvBegin[q];
@@ -151,14 +165,13 @@ Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes,
                                 : rowsFrom[q] + (i * rowBytes);
       for (int k = 0; k < K && rt.recvIds[j * K + k] >= 0; ++k) {
         const int64_t slot = rt.slotOf[j * K + k];
-        copyBytes(byteAt(args.outTokens, slot * rowBytes), row, rowBytes);
+        landRow(args, payloadBytes, slot, row);
         rt.slotWeights[slot] = st.recvWeights[j * K + k];
       }
     }
   }
   if (args.outWeights)
     copyBytes(args.outWeights, rt.slotWeights.data(), rt.slotWeights.size() * sizeof(float));
-  if (args.scaled) splitScales(rt, args);
   return Status::ok();
 }
 

@@ -185,9 +185,11 @@ struct DispatchArgs {
   const float* tokenScales = nullptr;
   float* outScales = nullptr;
   // Set by planDispatch: the bytes a row occupies on the wire (hidden elements, + the scale),
-  // and the caller's outTokens while outTokens points at scaledOut.
+  // and the caller's outTokens while outTokens points at scaledOut (flat; expert-major rows
+  // are split into the caller's buffers as they land in their slots).
   size_t rowBytes = 0;
   void* callerOutTokens = nullptr;
+  bool landed = false;  // flat rows already split into the caller's buffers (direct mode)
 };
 struct CombineArgs {
   const void* expertTokens = nullptr;
@@ -214,6 +216,9 @@ Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes);
 // The same with the rows of each source q != this rank at rowsFrom[q] (contiguous, flat order).
 Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes,
                       const char* const* rowsFrom);
+// Row j of the caller's output (a row or a slot) from a wire row: split into payload and scale
+// for a scaled dispatch (payloadBytes: the payload's bytes per row).
+void landRow(const DispatchArgs& a, size_t payloadBytes, size_t j, const char* row);
 // Dispatch's packing: rows for peers (rows + p * rowBytes for packed row p; this rank's own
 // rows are left out) and every packed row's weights (weights + p * topk).
 void packRows(const Routing& rt, const DispatchArgs& a, size_t rowBytes, char* rows,
