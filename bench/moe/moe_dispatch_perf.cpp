@@ -39,28 +39,29 @@ const char kHelp[] =
     "dispatch frameworks write by hand (per-expert count all-to-all, host sync, permute, token\n"
     "all-to-all-v there and back, inverse permute, weighted sum) over MPI (under mpirun) and\n"
     "over trncclAllToAllv. Identity experts; the engine applies the weights in its combine.\n"
-    "  -T LIST   tokens per rank, comma separated (2048)\n"
-    "  -H N      hidden size in elements (2048)\n"
-    "  -K N      top-k experts per token (4)\n"
-    "  -E N      experts, a multiple of the rank count (16)\n"
-    "  -d TYPE   payload: bf16, fp16, fp32, fp8 (= fp8_e4m3), fp8_e5m2 (bf16); fp8 rows\n"
-    "            travel with a per-token scale, the identity experts dequantize them, and\n"
-    "            combine runs in bf16 (the baselines do the same; no time includes the\n"
-    "            experts' dequantization)\n"
-    "  -l NAME   layout: expert_major or flat (expert_major; flat combines unweighted)\n"
-    "  -z X      Zipf exponent of the routing skew over expert ids (0 = uniform)\n"
-    "  -m MODE   engine mode: normal; low_latency (counts and ids ride with the dispatch, no\n"
-    "            exchange at routing); hierarchical (one copy per node across nodes, then\n"
-    "            fan-out inside the node); auto (low latency up to 128 tokens per rank) (normal)\n"
-    "  -n N      timed iterations per measurement (5)\n"
-    "  -w N      warm-up iterations (2)\n"
-    "  -r N      interleaved repeats; figures are medians over them (3)\n"
-    "  -c 0|1    check every variant's result against the serial reference (1)\n"
-    "  -A 0|1    allocate the engine's outputs (received tokens, expert outputs) with\n"
-    "            trncclMemAlloc: on one node combine then reads the experts' outputs where\n"
-    "            they lie instead of staging rows (0)\n"
-    "  -J FILE   also write one JSON object per row\n"
-    "  -h        this help\n"
+    "  -T, --tokens LIST   tokens per rank, comma separated (2048)\n"
+    "  -H, --hidden N      hidden size in elements (2048)\n"
+    "  -K, --topk N        top-k experts per token (4)\n"
+    "  -E, --experts N     experts, a multiple of the rank count (16)\n"
+    "  -d, --dtype TYPE    payload: bf16, fp16, fp32, fp8 (= fp8_e4m3), fp8_e5m2 (bf16); fp8\n"
+    "                      rows travel with a per-token scale, the identity experts dequantize\n"
+    "                      them, and combine runs in bf16 (the baselines do the same; no time\n"
+    "                      includes the experts' dequantization)\n"
+    "  -l, --layout NAME   expert_major or flat (expert_major; flat combines unweighted)\n"
+    "  -z, --zipf X        Zipf exponent of the routing skew over expert ids (0 = uniform)\n"
+    "  -m, --mode MODE     engine mode: normal; low_latency (counts and ids ride with the\n"
+    "                      dispatch, no exchange at routing); hierarchical (one copy per node\n"
+    "                      across nodes, then fan-out inside the node); auto (low latency up to\n"
+    "                      128 tokens per rank) (normal)\n"
+    "  -n, --iters N       timed iterations per measurement (5)\n"
+    "  -w, --warmup N      warm-up iterations (2)\n"
+    "  -r, --repeats N     interleaved repeats; figures are medians over them (3)\n"
+    "  -c, --check 0|1     check every variant's result against the serial reference (1)\n"
+    "  -A, --memalloc 0|1  allocate the engine's outputs (received tokens, expert outputs) with\n"
+    "                      trncclMemAlloc: on one node combine then reads the experts' outputs\n"
+    "                      where they lie instead of staging rows (0)\n"
+    "  -J, --json FILE     also write one JSON object per row\n"
+    "  -h, --help          this help (works without a launcher)\n"
     "Times are the slowest rank's, in microseconds (trip = route + dispatch + combine, the\n"
     "baselines' whole trip); disp_GBs is the payload the engine's dispatch sends to other\n"
     "ranks over its time; sent_MB / base_MB the payload each sends to other ranks per\n"
@@ -80,9 +81,22 @@ bool parseList(const char* text, std::vector<size_t>* out) {
   return !out->empty();
 }
 
-bool parseOptions(int argc, char** argv, Options* o, int rank) {
+// Parsed before the launcher is asked for ranks, so that --help works on its own; under a
+// launcher only the first process speaks.
+bool parseOptions(int argc, char** argv, Options* o, bool quiet, bool* help) {
+  static const option longOptions[] = {
+      {"tokens", required_argument, nullptr, 'T'},   {"hidden", required_argument, nullptr, 'H'},
+      {"topk", required_argument, nullptr, 'K'},     {"experts", required_argument, nullptr, 'E'},
+      {"dtype", required_argument, nullptr, 'd'},    {"layout", required_argument, nullptr, 'l'},
+      {"zipf", required_argument, nullptr, 'z'},     {"mode", required_argument, nullptr, 'm'},
+      {"iters", required_argument, nullptr, 'n'},    {"warmup", required_argument, nullptr, 'w'},
+      {"repeats", required_argument, nullptr, 'r'},  {"check", required_argument, nullptr, 'c'},
+      {"memalloc", required_argument, nullptr, 'A'}, {"json", required_argument, nullptr, 'J'},
+      {"help", no_argument, nullptr, 'h'},           {nullptr, 0, nullptr, 0}};
+  if (quiet) opterr = 0;
   int c;
-  while ((c = getopt(argc, argv, "T:H:K:E:d:l:z:m:n:w:r:c:A:J:h")) != -1) {
+  while ((c = getopt_long(argc, argv, "T:H:K:E:d:l:z:m:n:w:r:c:A:J:h", longOptions, nullptr)) !=
+         -1) {
     bool ok = true;
     switch (c) {
       case 'T': ok = parseList(optarg, &o->tokens); break;
@@ -111,16 +125,25 @@ bool parseOptions(int argc, char** argv, Options* o, int rank) {
       case 'A': o->memAlloc = std::atoi(optarg); break;
       case 'J': o->json = optarg; break;
       case 'h':
-        if (rank == 0) std::fputs(kHelp, stdout);
+        if (!quiet) std::fputs(kHelp, stdout);
+        *help = true;
         return false;
-      default: ok = false;
+      default:  // getopt said which option
+        if (!quiet) std::fprintf(stderr, "moe_dispatch_perf: see --help\n");
+        return false;
     }
     if (!ok) {
-      if (rank == 0)
-        std::fprintf(stderr, "moe_dispatch_perf: bad value for -%c ('%s'); see -h\n", c,
+      if (!quiet)
+        std::fprintf(stderr, "moe_dispatch_perf: bad value for -%c ('%s'); see --help\n", c,
                      optarg ? optarg : "");
       return false;
     }
+  }
+  if (optind < argc) {
+    if (!quiet)
+      std::fprintf(stderr, "moe_dispatch_perf: unexpected argument '%s'; see --help\n",
+                   argv[optind]);
+    return false;
   }
   return true;
 }
@@ -293,14 +316,12 @@ void barrier(trncclComm_t comm) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  Options o;
+  bool help = false;
+  if (!parseOptions(argc, argv, &o, !isFirstProcess(), &help)) return help ? 0 : 2;
   Launch launch;
   if (!discoverLaunch("moe_dispatch_perf", &launch)) return 2;
-  Options o;
   const int rank = launch.rank, n = launch.nranks;
-  if (!parseOptions(argc, argv, &o, rank)) {
-    finishLaunch(launch);
-    return 2;
-  }
   if (o.shape.experts % n != 0 || o.shape.topk < 1 || o.shape.topk > o.shape.experts) {
     if (rank == 0)
       std::fprintf(stderr,

@@ -14,6 +14,13 @@ static bool startedByMpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
 }
 
+bool isFirstProcess() {
+  if (const char* mpiRank = std::getenv("OMPI_COMM_WORLD_RANK")) return std::atoi(mpiRank) == 0;
+  if (!env::isSet(env::kRank)) return true;
+  auto rank = env::getInt(env::kRank);
+  return !rank.isOk() || rank.value() <= 0;
+}
+
 bool discoverLaunch(const std::string& tool, Launch* launch) {
   if (env::isSet(env::kUniqueId)) {  // started by trnccl-run
     if (trncclGetLaunchInfo(&launch->rank, &launch->nranks, &launch->id) != trncclSuccess) {

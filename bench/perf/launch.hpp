@@ -16,6 +16,10 @@ struct Launch {
   bool viaMpi = false;
 };
 
+// Whether this process is rank 0 (or runs alone), read from the launcher's environment before
+// anything starts: for messages that only one process should print.
+bool isFirstProcess();
+
 // On failure returns false after printing a message that says how to start the tool.
 bool discoverLaunch(const std::string& tool, Launch* launch);
 void finishLaunch(const Launch& launch);
