@@ -97,13 +97,16 @@ void sumRowSlots(trncclDataType_t type, void* dst, const char* slotsBase, const 
   }
 }
 
-// Expert-major rows for the trip back: each received row is the sum of its slots (weighted:
-// each slot times the weight it was dispatched with).
-void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* rowsOut,
-              int skipOrigin) {
+namespace {
+
+// Rows rowAt(0..count) made from their slots into out[0..count) (weighted: each slot times the
+// weight it was dispatched with).
+template <typename RowAt>
+void sumSlotRows(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* out, size_t count,
+                 RowAt rowAt) {
   Staging& st = *rt.group->staging;
   const trncclDataType_t type = rt.group->config.combineType();
-  const int K = rt.topk, n = rt.group->nranks();
+  const int K = rt.topk;
   const char* slots = static_cast<const char*>(a.expertTokens);
   const float* weights = a.weighted ? rt.slotWeights.data() : nullptr;
   st.accumulator.resize(a.hidden);
@@ -111,16 +114,30 @@ void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* ro
   // A row's slots lie in different expert zones, each a short stream that the hardware
   // prefetcher picks up late (it stops at every page): fetch the next row's slots while this
   // one is summed.
-  for (int q = 0; q < n; ++q) {
-    if (q == skipOrigin) continue;
-    const size_t end = rt.recvBegin[q + 1];
-    if (rt.recvBegin[q] < end) prefetchSlots(slots, &rt.slotOf[rt.recvBegin[q] * K], K, rowBytes);
-    for (size_t j = rt.recvBegin[q]; j < end; ++j) {
-      if (j + 1 < end) prefetchSlots(slots, &rt.slotOf[(j + 1) * K], K, rowBytes);
-      sumRowSlots(type, rowsOut + (j * rowBytes), slots, &rt.slotOf[j * K], K, weights, a.hidden,
-                  rowBytes, st.accumulator.data(), srcs.data());
-    }
+  if (count > 0) prefetchSlots(slots, &rt.slotOf[rowAt(0) * K], K, rowBytes);
+  for (size_t i = 0; i < count; ++i) {
+    if (i + 1 < count) prefetchSlots(slots, &rt.slotOf[rowAt(i + 1) * K], K, rowBytes);
+    sumRowSlots(type, out + (i * rowBytes), slots, &rt.slotOf[rowAt(i) * K], K, weights, a.hidden,
+                rowBytes, st.accumulator.data(), srcs.data());
   }
+}
+
+}  // namespace
+
+// Expert-major rows for the trip back: each received row is the sum of its slots.
+void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* rowsOut,
+              int skipOrigin) {
+  for (int q = 0; q < rt.group->nranks(); ++q) {
+    if (q == skipOrigin) continue;
+    const size_t first = rt.recvBegin[q];
+    sumSlotRows(rt, a, rowBytes, rowsOut + (first * rowBytes), rt.recvRowsFrom(q),
+                [first](size_t i) { return first + i; });
+  }
+}
+
+void sumSlotsInOrder(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* rowsOut,
+                     const std::vector<size_t>& order) {
+  sumSlotRows(rt, a, rowBytes, rowsOut, order.size(), [&order](size_t i) { return order[i]; });
 }
 
 const char* expertRowsInFlatOrder(const Routing& rt, const CombineArgs& a, size_t rowBytes,

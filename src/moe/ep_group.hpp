@@ -216,6 +216,8 @@ Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes);
 // The same with the rows of each source q != this rank at rowsFrom[q] (contiguous, flat order).
 Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes,
                       const char* const* rowsFrom);
+// Expert-major only: the same with received row j (flat order) at rowOf[j].
+Status finishDispatchRows(Routing& rt, const DispatchArgs& args, const char* const* rowOf);
 // Row j of the caller's output (a row or a slot) from a wire row: split into payload and scale
 // for a scaled dispatch (payloadBytes: the payload's bytes per row).
 void landRow(const DispatchArgs& a, size_t payloadBytes, size_t j, const char* row);
@@ -227,6 +229,9 @@ void packRows(const Routing& rt, const DispatchArgs& a, size_t rowBytes, char* r
 // except the rows of origin skipOrigin (-1: none).
 void sumSlots(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* rowsOut,
               int skipOrigin);
+// The same with row i of rowsOut = received row order[i] (flat order index).
+void sumSlotsInOrder(const Routing& rt, const CombineArgs& a, size_t rowBytes, char* rowsOut,
+                     const std::vector<size_t>& order);
 // One such row: dst = the slots slotOf[0..K) (-1 ends them) of slotsBase summed, each times
 // slotWeights[slot] (nullptr: unweighted). Every path computes rows with it, so all give the
 // same bits. acc: hidden floats; srcs: K pointers (scratch).

@@ -341,21 +341,28 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
                                                 (s - h.hop1InBegin[i]) * wBytes);
       return msg + (s - h.hop1InBegin[i]) * rowBytes;
     };
+    // The rows this rank keeps (its own node position) are not copied: the last step reads
+    // them where they are (its tokens or the hop-1 messages); only their weights are written.
     std::vector<size_t> outAt(width2 + 1, 0), inAt2(width2 + 1, 0);
     for (int di = 0; di < width2; ++di) {
       outAt[di + 1] = outAt[di] + messageBytes(h.hop2Begin[di + 1] - h.hop2Begin[di], rowBytes, K);
-      inAt2[di + 1] =
-          inAt2[di] + messageBytes(h.hop2InBegin[di + 1] - h.hop2InBegin[di], rowBytes, K);
+      const size_t in = di == h.nodeIndex ? 0 : h.hop2InBegin[di + 1] - h.hop2InBegin[di];
+      inAt2[di + 1] = inAt2[di] + messageBytes(in, rowBytes, K);
     }
     st.hop2Out.resize(outAt[width2]);
     st.hop2In.resize(inAt2[width2]);
+    std::vector<const char*> keptRows(h.hop2Begin[h.nodeIndex + 1] - h.hop2Begin[h.nodeIndex]);
     for (int di = 0; di < width2; ++di) {
       const size_t rows = h.hop2Begin[di + 1] - h.hop2Begin[di];
       char* msg = st.hop2Out.data() + (outAt[di]);
       for (size_t i = 0; i < rows; ++i) {
         const size_t hr = h.hop2Begin[di] + i;
         const float* topk = nullptr;
-        copyBytes(msg + i * rowBytes, source(h.hop2Row[hr], &topk), rowBytes);
+        const char* row = source(h.hop2Row[hr], &topk);
+        if (di == h.nodeIndex)
+          keptRows[i] = row;
+        else
+          copyBytes(msg + i * rowBytes, row, rowBytes);
         float* w = reinterpret_cast<float*>(weightsOf(msg, rows, rowBytes) + i * wBytes);
         for (int j = 0; j < K; ++j) {
           const int k = h.hop2K[hr * K + j];
@@ -363,8 +370,7 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
         }
       }
     }
-    copyBytes(st.hop2In.data() + (inAt2[h.nodeIndex]), st.hop2Out.data() + (outAt[h.nodeIndex]),
-              outAt[h.nodeIndex + 1] - outAt[h.nodeIndex]);
+    const size_t keptAt = outAt[h.nodeIndex];
     {
       ConcurrentSteps together(later);
       for (int di = 0; di < width2; ++di) {
@@ -375,27 +381,33 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
           later.recv(h.nodeRanks[di], st.hop2In.data() + (inAt2[di]), inAt2[di + 1] - inAt2[di]);
       }
     }
-    // Every row to its flat place, then the layout's outputs.
-    later.callback([routing, args, rowBytes, wBytes, inAt2](ScheduleBuilder&) {
+    // Every row's weights to its flat place; flat: the row too; expert-major: each row
+    // straight from where it arrived (or was kept) into its slots.
+    later.callback([routing, args, rowBytes, wBytes, inAt2, keptAt,
+                    keptRows = std::move(keptRows)](ScheduleBuilder&) {
       Routing& rt = *routing;
       const HierarchicalLayout& h = rt.hier;
       Staging& st = *rt.group->staging;
       const int K = rt.topk;
       const bool flat = rt.layout == trncclEpLayoutFlat;
-      st.recvRows.resize(flat ? 0 : rt.recvRows() * rowBytes);
       st.recvWeights.resize(rt.recvRows() * K);
-      char* rowsInto = flat ? static_cast<char*>(args.outTokens) : st.recvRows.data();
+      std::vector<const char*> rowOf(flat ? 0 : rt.recvRows());
       for (size_t pi = 0; pi + 1 < h.hop2InBegin.size(); ++pi) {
+        const bool kept = static_cast<int>(pi) == h.nodeIndex;
         const size_t rows = h.hop2InBegin[pi + 1] - h.hop2InBegin[pi];
-        const char* msg = st.hop2In.data() + (inAt2[pi]);
+        const char* msg = kept ? st.hop2Out.data() + keptAt : st.hop2In.data() + (inAt2[pi]);
         for (size_t i = 0; i < rows; ++i) {
           const size_t f = h.finalRow[h.hop2InBegin[pi] + i];
-          copyBytes(byteAt(rowsInto, f * rowBytes), msg + i * rowBytes, rowBytes);
+          const char* row = kept ? keptRows[i] : msg + i * rowBytes;
+          if (flat)
+            copyBytes(byteAt(args.outTokens, f * rowBytes), row, rowBytes);
+          else
+            rowOf[f] = row;
           copyBytes(st.recvWeights.data() + (f * K), weightsOf(msg, rows, rowBytes) + i * wBytes,
                     wBytes);
         }
       }
-      return finishDispatch(rt, args, rowBytes);
+      return flat ? finishDispatch(rt, args, rowBytes) : finishDispatchRows(rt, args, rowOf.data());
     });
     return Status::ok();
   });
@@ -409,16 +421,18 @@ Status planCombineHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing
   Staging& st = *rt.group->staging;
   const size_t rowBytes = a.hidden * dtypeSize(rt.group->config.combineType());
   const int width2 = static_cast<int>(h.nodeRanks.size());
-  const char* expertRows = expertRowsInFlatOrder(rt, a, rowBytes, st);
-
-  // Hop 2 back: each proxy gets its rows' results in the order it sent them.
+  // Hop 2 back: each proxy gets its rows' results in the order it sent them, made there
+  // (expert-major: each row's slots summed straight into its message). The rows for this
+  // rank's own position stay in hop2Out, where the proxy sums read them.
   st.hop2Out.resize(rt.recvRows() * rowBytes);
-  for (size_t j = 0; j < h.finalRow.size(); ++j)
-    copyBytes(st.hop2Out.data() + (j * rowBytes), expertRows + h.finalRow[j] * rowBytes, rowBytes);
+  if (rt.layout == trncclEpLayoutFlat) {
+    for (size_t j = 0; j < h.finalRow.size(); ++j)
+      copyBytes(st.hop2Out.data() + (j * rowBytes),
+                byteAt(a.expertTokens, h.finalRow[j] * rowBytes), rowBytes);
+  } else {
+    sumSlotsInOrder(rt, a, rowBytes, st.hop2Out.data(), h.finalRow);
+  }
   st.hop2In.resize(h.hop2Row.size() * rowBytes);
-  copyBytes(st.hop2In.data() + (h.hop2Begin[h.nodeIndex] * rowBytes),
-            st.hop2Out.data() + (h.hop2InBegin[h.nodeIndex] * rowBytes),
-            (h.hop2InBegin[h.nodeIndex + 1] - h.hop2InBegin[h.nodeIndex]) * rowBytes);
   {
     ConcurrentSteps together(b);
     for (int di = 0; di < width2; ++di) {
@@ -443,11 +457,18 @@ Status planCombineHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing
     // The proxy's sums: per proxy row, its rows' results by ascending rank.
     const size_t proxyRows = h.proxyOrigin.size();
     st.partial.resize(proxyRows * rowBytes);
+    // Hop-2 row x came from the node rank at position di; this rank's own rows were kept.
+    const size_t keptFirst = h.hop2Begin[h.nodeIndex], keptEnd = h.hop2Begin[h.nodeIndex + 1];
+    const char* kept = st.hop2Out.data() + (h.hop2InBegin[h.nodeIndex] * rowBytes);
+    auto resultOf = [&](size_t x) -> const char* {
+      return x >= keptFirst && x < keptEnd ? kept + ((x - keptFirst) * rowBytes)
+                                           : st.hop2In.data() + (x * rowBytes);
+    };
     std::vector<const void*> srcs;
     for (size_t pr = 0; pr < proxyRows; ++pr) {
       srcs.clear();
       for (size_t i = h.proxyRowBegin[pr]; i < h.proxyRowBegin[pr + 1]; ++i)
-        srcs.push_back(st.hop2In.data() + (h.proxyRowHop2[i] * rowBytes));
+        srcs.push_back(resultOf(h.proxyRowHop2[i]));
       sumRows(type, st.partial.data() + (pr * rowBytes), srcs.data(), static_cast<int>(srcs.size()),
               args.hidden, rowBytes);
     }
