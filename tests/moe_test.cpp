@@ -1029,6 +1029,74 @@ TEST(MoeDirect, EveryPathCombinesToTheSameBits) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+// Tokens in trncclMemAlloc memory are read by peers where they lie (only each row's token
+// index and weights are staged): what arrives is bitwise what arrives from ordinary memory,
+// in both layouts, with weights and ids, and after it a combine gives the same bits too.
+TEST(MoeDirect, TokensInMemAllocGiveTheSameRows) {
+  auto outcomes = withComm(
+      3, [&](int) { setenv("TRNCCL_MOE_DIRECT", "1", 1); },
+      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+        const Shape s{90, 3, nranks * 2, 40, true};
+        const size_t rowBytes = s.H * 2;
+        trncclEpGroup_t group = makeGroup(f, comm, nranks, s.E, s.T, trncclBfloat16, s.H);
+        if (!group) return;
+        std::vector<char> tokens(s.T * rowBytes);
+        std::vector<float> weights(s.T * s.K);
+        std::mt19937 rng(rank + 3);
+        std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+        for (size_t i = 0; i < s.T * s.H; ++i)
+          storeValue(trncclBfloat16, tokens.data(), i, uniform(rng));
+        for (float& w : weights) w = uniform(rng);
+        void* shared = nullptr;
+        if (trncclMemAlloc(&shared, tokens.size()) != trncclSuccess) {
+          f.add("trncclMemAlloc: %s", trncclGetLastError(nullptr));
+          return;
+        }
+        std::memcpy(shared, tokens.data(), tokens.size());
+        for (trncclEpLayout_t layout : {trncclEpLayoutExpertMajor, trncclEpLayoutFlat}) {
+          const bool flat = layout == trncclEpLayoutFlat;
+          auto idx = routingOf(rank, s, 33);
+          trncclEpRouting_t routing = nullptr;
+          if (trncclEpCreateRouting(group, idx.data(), trncclInt64, s.T, s.K, layout, &routing) !=
+              trncclSuccess) {
+            f.add("create routing: %s", trncclGetLastError(comm));
+            break;
+          }
+          size_t received = 0;
+          (void)trncclEpRoutingGetCounts(routing, &received, nullptr, 0);
+          std::vector<char> rows[2], out[2];
+          std::vector<float> outWeights[2];
+          std::vector<int64_t> ids[2];
+          for (int inShared = 0; inShared < 2; ++inShared) {
+            rows[inShared].assign(received * rowBytes + 1, 0);
+            outWeights[inShared].assign(received * s.K + 1, 0.0f);
+            ids[inShared].assign(flat ? received * s.K + 1 : 0, 0);
+            out[inShared].assign(s.T * rowBytes, 0);
+            const void* from = inShared ? shared : tokens.data();
+            if (trncclEpDispatch(routing, from, s.H, weights.data(), rows[inShared].data(),
+                                 outWeights[inShared].data(), flat ? ids[inShared].data() : nullptr,
+                                 received) != trncclSuccess ||
+                trncclEpCombine(routing, rows[inShared].data(), s.H, out[inShared].data(),
+                                flat ? 0 : 1) != trncclSuccess) {
+              f.add("%s: %s", inShared ? "trncclMemAlloc tokens" : "tokens",
+                    trncclGetLastError(comm));
+              break;
+            }
+          }
+          const char* name = flat ? "flat" : "expert-major";
+          if (rows[0] != rows[1])
+            f.add("%s: received rows differ with trncclMemAlloc tokens", name);
+          if (outWeights[0] != outWeights[1]) f.add("%s: weights differ", name);
+          if (ids[0] != ids[1]) f.add("%s: local ids differ", name);
+          if (out[0] != out[1]) f.add("%s: combined tokens differ", name);
+          trncclEpRoutingDestroy(routing);
+        }
+        (void)trncclMemFree(shared);
+        trncclEpGroupDestroy(group);
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
 // Expert outputs in trncclMemAlloc memory are read by peers during their combine, so the
 // buffer cannot be freed while a combine that uses it is queued.
 TEST(MoeDirect, ExpertOutputsCannotBeFreedWhileACombineUsesThem) {

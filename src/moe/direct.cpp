@@ -29,6 +29,8 @@ struct StagingHeader {
   uint64_t slotWeightsOffset = 0;  // ... and each slot's weight (0: unweighted)
   uint64_t fromOutputs = 0;        // combine: 1 = read the caller's expertTokens (outputs)
   shm::SharedRegion outputs;       // where they are, in memory peers map
+  uint64_t rowTokensOffset = 0;    // dispatch from the caller's tokens: each packed row's token
+  shm::SharedRegion tokens;        // where the tokens are, in memory peers map
 };
 
 size_t align64(size_t bytes) {
@@ -113,6 +115,29 @@ Status pastItsStaging(const EpGroup& g, int q, const char* call) {
                    q);
 }
 
+// The rows peer q sends this rank, read in its tokens (trncclMemAlloc memory it published):
+// each row's token index comes from its staging, checked to lie inside the tokens.
+Result<std::vector<const char*>> peerTokenRows(const ScheduleBuilder& b, const EpGroup& g,
+                                               const PeerStaging& s, int q, size_t rows,
+                                               size_t rowBytes, const char* call) {
+  const ScheduleBuilder::PeerSendBuffer tokens = b.peerRegion(q, s.header.tokens);
+  if (!tokens.mapped)
+    return makeError(Code::kSystemError,
+                     "rank %d %s: could not map rank %d's tokens (trncclMemAlloc memory, through "
+                     "/proc/<pid>/fd); set TRNCCL_MOE_DIRECT=0",
+                     g.rank(), call, q);
+  if (!s.holds(s.header.rowTokensOffset, sizeof(uint64_t))) return pastItsStaging(g, q, call);
+  const auto* rowToken =
+      reinterpret_cast<const uint64_t*>(s.base + s.header.rowTokensOffset) + s.first;
+  const uint64_t held = tokens.bytes / rowBytes;
+  std::vector<const char*> out(rows);
+  for (size_t i = 0; i < rows; ++i) {
+    if (rowToken[i] >= held) return pastItsStaging(g, q, call);
+    out[i] = tokens.mapped + (rowToken[i] * rowBytes);
+  }
+  return out;
+}
+
 Status readDispatch(const ScheduleBuilder& b, Routing& rt, const DispatchArgs& a, size_t rowBytes) {
   const EpGroup& g = *rt.group;
   Staging& st = *g.staging;
@@ -126,29 +151,45 @@ Status readDispatch(const ScheduleBuilder& b, Routing& rt, const DispatchArgs& a
             reinterpret_cast<const float*>(st.shared.data() + own->weightsOffset) +
                 (rt.sendBegin[me] * K),
             rt.sendRows(me) * K * sizeof(float));
-  std::vector<const char*> rowsFrom(n, nullptr);
+  // Expert-major: where each received row is, for finishDispatchRows to copy into its slots
+  // (this rank's own rows straight from its tokens).
+  std::vector<const char*> rowOf(flat ? 0 : rt.recvRows());
+  for (size_t i = 0; i < rowOf.size() && i < rt.sendRows(me); ++i)
+    rowOf[rt.recvBegin[me] + i] = byteAt(a.tokens, rt.rowToken[rt.sendBegin[me] + i] * rowBytes);
   for (int q = 0; q < n; ++q) {
     if (q == me) continue;
     const size_t rows = rt.recvRowsFrom(q);
     auto peer = peerStaging(b, g, q, rows, call);
     TRNCCL_RETURN_IF_ERROR(peer.status());
     const PeerStaging& s = peer.value();
-    if (!s.holds(s.header.rowsOffset, rowBytes) ||
-        !s.holds(s.header.weightsOffset, K * sizeof(float)))
-      return pastItsStaging(g, q, call);
+    if (!s.holds(s.header.weightsOffset, K * sizeof(float))) return pastItsStaging(g, q, call);
     copyBytes(st.recvWeights.data() + (rt.recvBegin[q] * K),
               reinterpret_cast<const float*>(s.base + s.header.weightsOffset) + (s.first * K),
               rows * K * sizeof(float));
-    rowsFrom[q] = s.base + s.header.rowsOffset + (s.first * rowBytes);
+    b.countPeerRead(q, rows * (rowBytes + (K * sizeof(float))));
+    if (s.header.tokens.id != 0) {  // the peer's tokens, read where they are
+      auto tokenRows = peerTokenRows(b, g, s, q, rows, rowBytes, call);
+      TRNCCL_RETURN_IF_ERROR(tokenRows.status());
+      for (size_t i = 0; i < rows; ++i) {
+        const char* row = tokenRows.value()[i];
+        if (flat)
+          copyBytes(byteAt(a.outTokens, (rt.recvBegin[q] + i) * rowBytes), row, rowBytes);
+        else
+          rowOf[rt.recvBegin[q] + i] = row;
+      }
+      continue;
+    }
+    if (!s.holds(s.header.rowsOffset, rowBytes)) return pastItsStaging(g, q, call);
+    const char* rowsFrom = s.base + s.header.rowsOffset + (s.first * rowBytes);
     if (flat && !a.scaled)
-      copyBytes(byteAt(a.outTokens, rt.recvBegin[q] * rowBytes), rowsFrom[q], rows * rowBytes);
+      copyBytes(byteAt(a.outTokens, rt.recvBegin[q] * rowBytes), rowsFrom, rows * rowBytes);
     else if (flat)  // fp8: payload and scale straight into the caller's buffers
       for (size_t i = 0; i < rows; ++i)
-        landRow(a, payloadBytes, rt.recvBegin[q] + i, rowsFrom[q] + (i * rowBytes));
-    b.countPeerRead(q, rows * (rowBytes + (K * sizeof(float))));
+        landRow(a, payloadBytes, rt.recvBegin[q] + i, rowsFrom + (i * rowBytes));
+    else
+      for (size_t i = 0; i < rows; ++i) rowOf[rt.recvBegin[q] + i] = rowsFrom + (i * rowBytes);
   }
-  // Expert-major: finishDispatch copies each row from the peer's staging into its slots.
-  return finishDispatch(rt, a, rowBytes, rowsFrom.data());
+  return flat ? finishDispatch(rt, a, rowBytes) : finishDispatchRows(rt, a, rowOf.data());
 }
 
 // Where combine finds the rows one destination rank sends back to this rank: ready rows, or
@@ -270,14 +311,29 @@ Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& ro
   Staging& st = *g.staging;
   const int n = g.nranks(), me = g.rank();
   const size_t rowBytes = a.rowBytes, rows = rt.sendBegin[n];
+  // Tokens in memory peers map (trncclMemAlloc) are read where they are: nothing is staged
+  // but each row's token index and weights. (A scaled dispatch's rows carry their scale, so
+  // they are always staged.)
+  shm::SharedRegion tokens;
+  const bool fromTokens = !a.scaled && rt.numTokens > 0 &&
+                          shm::findSharedRegion(a.tokens, &tokens) &&
+                          tokens.offset + (rt.numTokens * rowBytes) <= tokens.bytes;
   const size_t rowsOffset = headerBytes(n);
-  const size_t weightsOffset = align64(rowsOffset + (rows * rowBytes));
+  const size_t weightsOffset =
+      align64(rowsOffset + (rows * (fromTokens ? sizeof(uint64_t) : rowBytes)));
   TRNCCL_RETURN_IF_ERROR(st.shared.reserve(weightsOffset + (rows * rt.topk * sizeof(float))));
   char* staging = st.shared.data();
   StagingHeader* header = writeHeader(staging, rt.sendBegin);
-  header->rowsOffset = rowsOffset;
   header->weightsOffset = weightsOffset;
-  packRows(rt, a, rowBytes, staging + rowsOffset,
+  if (fromTokens) {
+    header->tokens = tokens;
+    header->rowTokensOffset = rowsOffset;
+    auto* rowToken = reinterpret_cast<uint64_t*>(staging + rowsOffset);
+    std::copy(rt.rowToken.begin(), rt.rowToken.begin() + rows, rowToken);
+  } else {
+    header->rowsOffset = rowsOffset;
+  }
+  packRows(rt, a, rowBytes, fromTokens ? nullptr : staging + rowsOffset,
            reinterpret_cast<float*>(staging + weightsOffset));
   const size_t payloadBytes = a.hidden * dtypeSize(g.config.payload);
   if (rt.layout == trncclEpLayoutFlat)  // this rank's own rows: straight from its tokens

@@ -121,7 +121,8 @@ void packRows(const Routing& rt, const DispatchArgs& a, size_t rowBytes, char* r
   for (int q = 0; q < n; ++q) {
     for (size_t p = rt.sendBegin[q]; p < rt.sendBegin[q + 1]; ++p) {
       const size_t t = rt.rowToken[p];
-      if (q != me) copyBytes(rows + (p * rowBytes), byteAt(a.tokens, t * rowBytes), rowBytes);
+      if (q != me && rows)
+        copyBytes(rows + (p * rowBytes), byteAt(a.tokens, t * rowBytes), rowBytes);
       for (int i = 0; i < K; ++i) {
         const int k = rt.rowK[p * K + i];
         weights[p * K + i] = k < 0 ? 0.0f : (a.weights ? a.weights[t * K + k] : 1.0f);

@@ -222,7 +222,7 @@ Status finishDispatchRows(Routing& rt, const DispatchArgs& args, const char* con
 // for a scaled dispatch (payloadBytes: the payload's bytes per row).
 void landRow(const DispatchArgs& a, size_t payloadBytes, size_t j, const char* row);
 // Dispatch's packing: rows for peers (rows + p * rowBytes for packed row p; this rank's own
-// rows are left out) and every packed row's weights (weights + p * topk).
+// rows are left out; rows = nullptr: none) and every packed row's weights (weights + p * topk).
 void packRows(const Routing& rt, const DispatchArgs& a, size_t rowBytes, char* rows,
               float* weights);
 // Expert-major combine's rows in flat order: row j = its slots summed (weighted if asked),
