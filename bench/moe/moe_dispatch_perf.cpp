@@ -57,9 +57,10 @@ const char kHelp[] =
     "  -w, --warmup N      warm-up iterations (2)\n"
     "  -r, --repeats N     interleaved repeats; figures are medians over them (3)\n"
     "  -c, --check 0|1     check every variant's result against the serial reference (1)\n"
-    "  -A, --memalloc 0|1  allocate the engine's outputs (received tokens, expert outputs) with\n"
-    "                      trncclMemAlloc: on one node combine then reads the experts' outputs\n"
-    "                      where they lie instead of staging rows (0)\n"
+    "  -A, --memalloc 0|1  allocate the engine's tokens and outputs (received tokens, expert\n"
+    "                      outputs) with trncclMemAlloc: on one node dispatch then reads the\n"
+    "                      tokens and combine the experts' outputs where they lie instead of\n"
+    "                      staging rows (0)\n"
     "  -J, --json FILE     also write one JSON object per row\n"
     "  -h, --help          this help (works without a launcher)\n"
     "Times are the slowest rank's, in microseconds (trip = route + dispatch + combine, the\n"
@@ -214,7 +215,7 @@ class Engine {
  public:
   Engine(trncclComm_t comm, int nranks, const Shape& s, size_t maxTokens, trncclEpMode_t mode,
          bool memAlloc)
-      : shape_(s), received_(memAlloc), expertOut_(memAlloc) {
+      : shape_(s), tokens_(memAlloc), received_(memAlloc), expertOut_(memAlloc) {
     trncclEpConfig_t config = TRNCCL_EP_CONFIG_INITIALIZER;
     config.numExperts = s.experts;
     config.maxDispatchTokensPerRank = static_cast<int>(maxTokens);
@@ -223,6 +224,7 @@ class Engine {
     config.payloadType = s.dtype;
     config.mode = mode;
     ok_ = trncclEpGroupCreate(comm, &config, &group_) == trncclSuccess;
+    ok_ = ok_ && tokens_.allocate(maxTokens * s.rowBytes());
     ok_ = ok_ && received_.allocate(config.maxRecvTokensPerRank * s.rowBytes());
     if (s.fp8()) {
       scales_.resize(config.maxRecvTokensPerRank);
@@ -238,6 +240,11 @@ class Engine {
   // One round trip; adds each phase's time to *times.
   bool roundTrip(const Workload& w, void* out, EngineTimes* times) {
     const Shape& s = shape_;
+    if (w.tokens.size() > tokens_.size()) return false;
+    if (!tokensIn_) {  // the workload's tokens, in the engine's memory (-A 1: trncclMemAlloc)
+      std::copy(w.tokens.begin(), w.tokens.end(), tokens_.data());
+      tokensIn_ = true;
+    }
     const bool flat = s.layout == trncclEpLayoutFlat;
     double t0 = nowUs();
     trncclEpRouting_t routing = nullptr;
@@ -247,10 +254,10 @@ class Engine {
     double t1 = nowUs();
     size_t capacity = received_.size() / s.rowBytes();
     int64_t* ids = flat ? ids_.data() : nullptr;
-    bool ok = s.fp8() ? trncclEpDispatchScaled(routing, w.tokens.data(), w.scales.data(), s.hidden,
+    bool ok = s.fp8() ? trncclEpDispatchScaled(routing, tokens_.data(), w.scales.data(), s.hidden,
                                                w.weights.data(), received_.data(), scales_.data(),
                                                weights_.data(), ids, capacity) == trncclSuccess
-                      : trncclEpDispatch(routing, w.tokens.data(), s.hidden, w.weights.data(),
+                      : trncclEpDispatch(routing, tokens_.data(), s.hidden, w.weights.data(),
                                          received_.data(), weights_.data(), ids,
                                          capacity) == trncclSuccess;
     // The identity experts: what came in (fp8: dequantized to bf16, as the baselines do).
@@ -302,7 +309,8 @@ class Engine {
   Shape shape_;
   trncclEpGroup_t group_ = nullptr;
   bool ok_ = false;
-  Buffer received_, expertOut_;
+  Buffer tokens_, received_, expertOut_;
+  bool tokensIn_ = false;
   std::vector<float> scales_, weights_;
   std::vector<int64_t> ids_;
   size_t sentRows_ = 0;
@@ -386,6 +394,7 @@ int main(int argc, char** argv) {
         (void)overMpi.takeExpertUs();
         for (int i = 0; i < iters; ++i) failed |= !overMpi.roundTrip(w, out.data());
         mpiUs = (nowUs() - t0 - overMpi.takeExpertUs()) / iters;
+        settleMpi();
       }
       barrier(comm);
       t0 = nowUs();
@@ -409,6 +418,7 @@ int main(int argc, char** argv) {
         std::fill(out.begin(), out.end(), 0);
         failed |= !overMpi.roundTrip(w, out.data());
         wrong += countWrong(s, w, out.data());
+        settleMpi();
       }
       std::fill(out.begin(), out.end(), 0);
       failed |= !overA2av.roundTrip(w, out.data());

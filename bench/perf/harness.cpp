@@ -397,8 +397,9 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
           double mpiStart = seconds();
           for (int it = 0; it < o.iters; ++it)
             coll.runMpi(call, send.data(), recv.data(), mpiType, mpiOp);
-          mpiSamples.push_back(
-              combineTime(comm, (seconds() - mpiStart) / o.iters, o.average, nranks));
+          const double mpiLocal = (seconds() - mpiStart) / o.iters;
+          settleMpi();
+          mpiSamples.push_back(combineTime(comm, mpiLocal, o.average, nranks));
         }
       }
     }

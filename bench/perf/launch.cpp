@@ -55,6 +55,10 @@ bool discoverLaunch(const std::string& tool, Launch* launch) {
   return true;
 }
 
+void settleMpi() {
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 void finishLaunch(const Launch& launch) {
   if (launch.viaMpi) MPI_Finalize();
 }

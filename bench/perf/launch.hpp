@@ -24,4 +24,11 @@ bool isFirstProcess();
 bool discoverLaunch(const std::string& tool, Launch* launch);
 void finishLaunch(const Launch& launch);
 
+// Call after timing Open MPI and before the next trnccl call. Open MPI completes an eager send
+// once its data is queued for the byte transport, and writes queued fragments only while the
+// sending process is inside MPI: a rank that went on to wait in trnccl could leave a peer
+// waiting in MPI for that data until trnccl's timeout (seen with the tcp BTL between
+// emulated nodes, about once in ten runs). A barrier keeps every rank in MPI until all are out.
+void settleMpi();
+
 }  // namespace trnccl::bench
