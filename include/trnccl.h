@@ -142,7 +142,9 @@ trncclResult_t trncclCommDeregister(const trncclComm_t comm, void* handle);
  * mapped into this process. When the send buffer of a large all-gather, all-to-all or
  * broadcast lies in one, the peers on this node copy straight out of their own mapping of it
  * (no system call per copy, streaming stores for large copies) where other buffers are read
- * with process_vm_readv; nothing else changes, and any call accepts these buffers. Needs the
+ * with process_vm_readv; nothing else changes, and any call accepts these buffers. MoE calls
+ * on one node read them in place too: dispatch's tokens and combine's expert outputs are not
+ * staged but read by peers where they lie (docs/MOE.md, direct mode). Needs the
  * same permission as CMA (TRNCCL_CMA); without it such buffers act as ordinary memory.
  * trncclMemFree takes exactly the pointer trncclMemAlloc returned, once (NULL is ignored),
  * and refuses (trncclInvalidUsage) while a queued call still uses the allocation. size > 0;
