@@ -33,6 +33,11 @@ Segment::~Segment() {
   if (base_) munmap(base_, mappedBytes_);
 }
 
+namespace {
+// How long a rank that gives up on a dead peer before mapping the segment stays alive.
+constexpr int kFollowerLingerMs = 300;
+}  // namespace
+
 Status Segment::attach(const std::string& dir, const std::string& name, int localRank,
                        const SegmentParams& wanted, const Deadline& deadline,
                        const std::function<Status()>& peersAlive, int globalRank) {
@@ -111,6 +116,10 @@ Status Segment::attach(const std::string& dir, const std::string& name, int loca
                          path_.c_str());
       }
       if (Status alive = peersAlive(); !alive.isOk()) {
+        // A peer died before this rank could map the segment, so it cannot say why in the
+        // abort word: it stays a moment, so that the other waiting ranks see that peer's death
+        // first and not this rank's exit (they would name it instead of the rank that died).
+        std::this_thread::sleep_for(std::chrono::milliseconds(kFollowerLingerMs));
         ::unlink(path_.c_str());
         return alive;
       }
