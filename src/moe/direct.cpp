@@ -115,26 +115,37 @@ Status pastItsStaging(const EpGroup& g, int q, const char* call) {
                    q);
 }
 
-// The rows peer q sends this rank, read in its tokens (trncclMemAlloc memory it published):
-// each row's token index comes from its staging, checked to lie inside the tokens.
-Result<std::vector<const char*>> peerTokenRows(const ScheduleBuilder& b, const EpGroup& g,
-                                               const PeerStaging& s, int q, size_t rows,
-                                               size_t rowBytes, const char* call) {
-  const ScheduleBuilder::PeerSendBuffer tokens = b.peerRegion(q, s.header.tokens);
-  if (!tokens.mapped)
+// A trncclMemAlloc allocation peer q published (its tokens or its expert outputs), mapped here.
+Result<ScheduleBuilder::PeerSendBuffer> peerAllocation(const ScheduleBuilder& b, const EpGroup& g,
+                                                       int q, const shm::SharedRegion& region,
+                                                       const char* what, const char* call) {
+  const ScheduleBuilder::PeerSendBuffer mapped = b.peerRegion(q, region);
+  if (!mapped.mapped)
     return makeError(Code::kSystemError,
-                     "rank %d %s: could not map rank %d's tokens (trncclMemAlloc memory, through "
+                     "rank %d %s: could not map rank %d's %s (trncclMemAlloc memory, through "
                      "/proc/<pid>/fd); set TRNCCL_MOE_DIRECT=0",
-                     g.rank(), call, q);
+                     g.rank(), call, q, what);
+  return mapped;
+}
+
+// Peer q's tokens as this rank reads them: row i at base + rowToken[i] * rowBytes, every
+// token index (from the peer's staging) checked to lie inside the tokens.
+struct PeerTokens {
+  const char* base = nullptr;
+  const uint64_t* rowToken = nullptr;
+};
+
+Result<PeerTokens> peerTokens(const ScheduleBuilder& b, const EpGroup& g, const PeerStaging& s,
+                              int q, size_t rows, size_t rowBytes, const char* call) {
+  auto tokens = peerAllocation(b, g, q, s.header.tokens, "tokens", call);
+  TRNCCL_RETURN_IF_ERROR(tokens.status());
   if (!s.holds(s.header.rowTokensOffset, sizeof(uint64_t))) return pastItsStaging(g, q, call);
-  const auto* rowToken =
-      reinterpret_cast<const uint64_t*>(s.base + s.header.rowTokensOffset) + s.first;
-  const uint64_t held = tokens.bytes / rowBytes;
-  std::vector<const char*> out(rows);
-  for (size_t i = 0; i < rows; ++i) {
-    if (rowToken[i] >= held) return pastItsStaging(g, q, call);
-    out[i] = tokens.mapped + (rowToken[i] * rowBytes);
-  }
+  PeerTokens out;
+  out.base = tokens.value().mapped;
+  out.rowToken = reinterpret_cast<const uint64_t*>(s.base + s.header.rowTokensOffset) + s.first;
+  const uint64_t held = tokens.value().bytes / rowBytes;
+  for (size_t i = 0; i < rows; ++i)
+    if (out.rowToken[i] >= held) return pastItsStaging(g, q, call);
   return out;
 }
 
@@ -168,10 +179,11 @@ Status readDispatch(const ScheduleBuilder& b, Routing& rt, const DispatchArgs& a
               rows * K * sizeof(float));
     b.countPeerRead(q, rows * (rowBytes + (K * sizeof(float))));
     if (s.header.tokens.id != 0) {  // the peer's tokens, read where they are
-      auto tokenRows = peerTokenRows(b, g, s, q, rows, rowBytes, call);
-      TRNCCL_RETURN_IF_ERROR(tokenRows.status());
+      auto tokens = peerTokens(b, g, s, q, rows, rowBytes, call);
+      TRNCCL_RETURN_IF_ERROR(tokens.status());
+      const PeerTokens& t = tokens.value();
       for (size_t i = 0; i < rows; ++i) {
-        const char* row = tokenRows.value()[i];
+        const char* row = t.base + (t.rowToken[i] * rowBytes);
         if (flat)
           copyBytes(byteAt(a.outTokens, (rt.recvBegin[q] + i) * rowBytes), row, rowBytes);
         else
@@ -216,12 +228,9 @@ Result<RowSource> peerRows(const ScheduleBuilder& b, const Routing& rt, int q, s
     b.countPeerRead(q, rows * rowBytes);
     return source;
   }
-  const ScheduleBuilder::PeerSendBuffer outputs = b.peerRegion(q, s.header.outputs);
-  if (!outputs.mapped)
-    return makeError(Code::kSystemError,
-                     "rank %d %s: could not map rank %d's expert outputs (trncclMemAlloc memory, "
-                     "through /proc/<pid>/fd); set TRNCCL_MOE_DIRECT=0",
-                     g.rank(), call, q);
+  auto mapped = peerAllocation(b, g, q, s.header.outputs, "expert outputs", call);
+  TRNCCL_RETURN_IF_ERROR(mapped.status());
+  const ScheduleBuilder::PeerSendBuffer& outputs = mapped.value();
   if (rt.layout == trncclEpLayoutFlat) {
     if (s.last * rowBytes > outputs.bytes) return pastItsStaging(g, q, call);
     source.rows = outputs.mapped + (s.first * rowBytes);

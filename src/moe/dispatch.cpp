@@ -6,8 +6,6 @@
 // A scaled (fp8) dispatch moves each row with its token's scale appended, so every mode
 // carries the scales without a message of their own.
 
-#include <algorithm>
-
 #include "core/dtype.hpp"
 #include "moe/ep_group.hpp"
 
@@ -145,22 +143,21 @@ void pack(const Routing& rt, const DispatchArgs& a, size_t rowBytes, Staging& st
 
 namespace {
 
-// Expert-major: each received row (rowAt(j), flat order j) into the slot of every local
-// expert it is for, with its weight.
-template <typename RowAt>
-void landInSlots(Routing& rt, const DispatchArgs& args, RowAt rowAt) {
+// Expert-major: each received row into the slot of every local expert it is for, with its
+// weight. forEachRow(land) calls land(j, row) for every received row j (flat order).
+template <typename ForEachRow>
+void landInSlots(Routing& rt, const DispatchArgs& args, ForEachRow forEachRow) {
   Staging& st = *rt.group->staging;
   const int K = rt.topk;
   rt.slotWeights.assign(rt.recvSlots(), 0.0f);
   const size_t payloadBytes = args.hidden * dtypeSize(rt.group->config.payload);
-  for (size_t j = 0; j < rt.recvRows(); ++j) {
-    const char* row = rowAt(j);
+  forEachRow([&](size_t j, const char* row) {
     for (int k = 0; k < K && rt.recvIds[j * K + k] >= 0; ++k) {
       const int64_t slot = rt.slotOf[j * K + k];
       landRow(args, payloadBytes, slot, row);
       rt.slotWeights[slot] = st.recvWeights[j * K + k];
     }
-  }
+  });
   if (args.outWeights)
     copyBytes(args.outWeights, rt.slotWeights.data(), rt.slotWeights.size() * sizeof(float));
 }
@@ -183,20 +180,21 @@ Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes,
     if (args.scaled && !args.landed) splitScales(rt, args);
     return Status::ok();
   }
-  std::vector<int> originOf(recvRows);
-  for (int q = 0; q < rt.group->nranks(); ++q)
-    std::fill(originOf.begin() + rt.recvBegin[q], originOf.begin() + rt.recvBegin[q + 1], q);
-  landInSlots(rt, args, [&](size_t j) {
-    const int q = originOf[j];
-    const size_t i = j - rt.recvBegin[q];
-    return q == me ? byteAt(args.tokens, rt.rowToken[rt.sendBegin[me] + i] * rowBytes)
-                   : rowsFrom[q] + (i * rowBytes);
+  landInSlots(rt, args, [&](auto land) {
+    for (int q = 0; q < rt.group->nranks(); ++q)
+      for (size_t j = rt.recvBegin[q]; j < rt.recvBegin[q + 1]; ++j) {
+        const size_t i = j - rt.recvBegin[q];
+        land(j, q == me ? byteAt(args.tokens, rt.rowToken[rt.sendBegin[me] + i] * rowBytes)
+                        : rowsFrom[q] + (i * rowBytes));
+      }
   });
   return Status::ok();
 }
 
 Status finishDispatchRows(Routing& rt, const DispatchArgs& args, const char* const* rowOf) {
-  landInSlots(rt, args, [rowOf](size_t j) { return rowOf[j]; });
+  landInSlots(rt, args, [&](auto land) {
+    for (size_t j = 0; j < rt.recvRows(); ++j) land(j, rowOf[j]);
+  });
   return Status::ok();
 }
 
