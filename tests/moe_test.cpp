@@ -19,6 +19,9 @@ using namespace trnccl::testing;
 namespace {
 
 class Moe : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+std::string paramName(const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+  return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
+}
 
 TEST_P(Moe, DispatchAndCombineMatchTheSerialReference) {
   const auto [layout, n] = GetParam();
@@ -247,23 +250,14 @@ TEST_P(Moe, Fp8RowsTravelWithTheirScalesAndCombineInBf16) {
 INSTANTIATE_TEST_SUITE_P(Ranks, Moe,
                          ::testing::Combine(::testing::Values(std::string("shm")),
                                             ::testing::Values(1, 2, 3, 4, 5, 8)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         paramName);
 INSTANTIATE_TEST_SUITE_P(Rings, Moe,
                          ::testing::Combine(::testing::Values(std::string("rings")),
                                             ::testing::Values(2, 3, 5)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         paramName);
 INSTANTIATE_TEST_SUITE_P(Nodes, Moe,
                          ::testing::Values(std::make_tuple(std::string("nodes"), 4),
                                            std::make_tuple(std::string("nodes3"), 5)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+                         paramName);
 
 }  // namespace
