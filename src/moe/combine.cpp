@@ -49,15 +49,31 @@ TRNCCL_MOE_CLONES void addScaled(trncclDataType_t type, float w, const void* row
   }
 }
 
-TRNCCL_MOE_CLONES void storeRow(trncclDataType_t type, const float* acc, void* row, size_t n) {
+// The last slot: out[0..n) = acc[0..n) + w * row[0..n) (first: 0 + w * row), converted to the
+// payload type, in one pass: the same values as adding into acc and then storing it.
+TRNCCL_MOE_CLONES void addScaledAndStore(trncclDataType_t type, float w, const void* row,
+                                         const float* acc, void* out, size_t n, bool first) {
   if (type == trncclBfloat16) {
-    uint16_t* dst = static_cast<uint16_t*>(row);
-    for (size_t i = 0; i < n; ++i) dst[i] = floatToBf16(acc[i]);
+    const uint16_t* src = static_cast<const uint16_t*>(row);
+    uint16_t* dst = static_cast<uint16_t*>(out);
+    if (first)
+      for (size_t i = 0; i < n; ++i) dst[i] = floatToBf16(0.0f + (w * bf16ToFloat(src[i])));
+    else
+      for (size_t i = 0; i < n; ++i) dst[i] = floatToBf16(acc[i] + (w * bf16ToFloat(src[i])));
   } else if (type == trncclFloat16) {
-    uint16_t* dst = static_cast<uint16_t*>(row);
-    for (size_t i = 0; i < n; ++i) dst[i] = floatToFp16(acc[i]);
+    const uint16_t* src = static_cast<const uint16_t*>(row);
+    uint16_t* dst = static_cast<uint16_t*>(out);
+    if (first)
+      for (size_t i = 0; i < n; ++i) dst[i] = floatToFp16(0.0f + (w * fp16ToFloat(src[i])));
+    else
+      for (size_t i = 0; i < n; ++i) dst[i] = floatToFp16(acc[i] + (w * fp16ToFloat(src[i])));
   } else {
-    copyBytes(row, acc, n * sizeof(float));
+    const float* src = static_cast<const float*>(row);
+    float* dst = static_cast<float*>(out);
+    if (first)
+      for (size_t i = 0; i < n; ++i) dst[i] = 0.0f + (w * src[i]);
+    else
+      for (size_t i = 0; i < n; ++i) dst[i] = acc[i] + (w * src[i]);
   }
 }
 
@@ -104,9 +120,10 @@ void sumRowSlots(trncclDataType_t type, void* dst, const char* slotsBase, const 
   } else if (n == 0) {
     std::memset(dst, 0, rowBytes);
   } else {
-    for (int i = 0; i < n; ++i)
+    for (int i = 0; i + 1 < n; ++i)
       addScaled(type, slotWeights[slotOf[i]], srcs[i], acc, hidden, /*first=*/i == 0);
-    storeRow(type, acc, dst, hidden);
+    addScaledAndStore(type, slotWeights[slotOf[n - 1]], srcs[n - 1], acc, dst, hidden,
+                      /*first=*/n == 1);
   }
 }
 
