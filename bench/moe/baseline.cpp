@@ -2,8 +2,11 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace trnccl::bench::moe {
 
@@ -70,14 +73,14 @@ bool Baseline::roundTrip(const Workload& w, void* out) {
   std::vector<size_t> next(s.experts + 1, 0);
   for (int e = 0; e < s.experts; ++e) next[e + 1] = next[e] + perExpert[e];
   const size_t pairs = next[s.experts];
-  order_.resize(pairs);
+  slotOfPair_.assign(s.tokens * K, SIZE_MAX);
   sendBuf_.resize(pairs * row);
   for (size_t t = 0; t < s.tokens; ++t)
     for (int k = 0; k < K; ++k) {
       const int64_t e = w.topkIdx[t * K + k];
       if (e < 0) continue;
       const size_t slot = next[e]++;
-      order_[slot] = t * K + k;
+      slotOfPair_[t * K + k] = slot;
       std::memcpy(&sendBuf_[slot * row], &w.tokens[t * payload], payload);
       if (s.fp8()) std::memcpy(&sendBuf_[slot * row + payload], &w.scales[t], sizeof(float));
     }
@@ -101,16 +104,21 @@ bool Baseline::roundTrip(const Workload& w, void* out) {
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   }
   if (!exchange(expertOut, recvRows, backBuf_.data(), sendRows, back)) return false;
-  // Inverse permute and weighted sum, accumulated in fp32 per token (vectorized row loops,
-  // as a framework's fused kernel would be).
-  acc_.assign(s.tokens * s.hidden, 0.0f);
-  for (size_t slot = 0; slot < pairs; ++slot) {
-    const size_t pair = order_[slot], t = pair / K;
-    addScaledRow(s.combineType(), w.weights[pair], &backBuf_[slot * back], &acc_[t * s.hidden],
-                 s.hidden);
+  // Inverse permute fused with the weighted sum, as a framework's fused kernel would do it:
+  // each token gathers its rows (ascending expert order) into one fp32 row that stays in the
+  // cache, then stores it (vectorized row loops).
+  acc_.resize(s.hidden);
+  std::vector<std::pair<size_t, size_t>> rows;  // (permuted row, pair) of one token
+  for (size_t t = 0; t < s.tokens; ++t) {
+    rows.clear();
+    for (int k = 0; k < K; ++k)
+      if (slotOfPair_[t * K + k] != SIZE_MAX) rows.emplace_back(slotOfPair_[t * K + k], t * K + k);
+    std::sort(rows.begin(), rows.end());
+    std::fill(acc_.begin(), acc_.end(), 0.0f);
+    for (const auto& [slot, pair] : rows)
+      addScaledRow(s.combineType(), w.weights[pair], &backBuf_[slot * back], acc_.data(), s.hidden);
+    storeRow(s.combineType(), acc_.data(), static_cast<char*>(out) + t * back, s.hidden);
   }
-  for (size_t t = 0; t < s.tokens; ++t)
-    storeRow(s.combineType(), &acc_[t * s.hidden], static_cast<char*>(out) + t * back, s.hidden);
   sentBytes_ = (pairs - sendRows[rank_]) * payload;  // the tokens, as the engine counts
   return true;
 }

@@ -38,8 +38,8 @@ class Baseline {
   size_t sentBytes_ = 0;
   double expertUs_ = 0;
   std::vector<char> sendBuf_, recvBuf_, expertBuf_, backBuf_;
-  std::vector<size_t> order_;  // pair index (t * topk + k) of each permuted row
-  std::vector<float> acc_;
+  std::vector<size_t> slotOfPair_;  // the permuted row of pair t * topk + k (SIZE_MAX: none)
+  std::vector<float> acc_;          // one token's fp32 sum
 };
 
 }  // namespace trnccl::bench::moe
