@@ -191,26 +191,7 @@ void runFp8Step(Failures& f, trncclEpGroup_t group, int me, int n, const Shape& 
       storeValue(trncclBfloat16, expertOut.data(), j * s.H + h,
                  tokenValue(want[j].src, want[j].token, h) * scale);
   }
-  for (int weighted = 0; weighted <= (flat ? 0 : 1); ++weighted) {
-    Guarded combined(s.T * s.H * 2, 0x22);
-    if (trncclEpCombine(routing, expertOut.data(), s.H, combined.ptr(), weighted) !=
-        trncclSuccess) {
-      f.add("%s: combine failed: %s", what.c_str(), trncclGetLastError(nullptr));
-      continue;
-    }
-    for (size_t t = 0, bad = 0; t < s.T && bad < 3; ++t)
-      for (size_t h = 0; h < s.H; ++h) {
-        const float got = loadValue(trncclBfloat16, combined.ptr(), t * s.H + h);
-        const float expect = expectedCombined(me, n, s, idx, t, h, flat, weighted);
-        if (got != expect) {
-          f.add("%s: combine (weighted=%d) token %zu element %zu = %g, want %g", what.c_str(),
-                weighted, t, h, got, expect);
-          ++bad;
-          break;
-        }
-      }
-    if (!combined.guardIntact()) f.add("%s: combine wrote past out", what.c_str());
-  }
+  checkCombine(f, routing, expertOut.data(), me, n, s, idx, trncclBfloat16, flat, what);
   trncclEpRoutingDestroy(routing);
 }
 

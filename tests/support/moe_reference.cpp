@@ -127,6 +127,32 @@ trncclEpRouting_t createRouting(Failures& f, trncclEpGroup_t group, const std::v
   return nullptr;
 }
 
+void checkCombine(Failures& f, trncclEpRouting_t routing, const void* expertOut, int me, int n,
+                  const Shape& s, const std::vector<int64_t>& idx, trncclDataType_t type, bool flat,
+                  const std::string& what) {
+  const size_t rowBytes = s.H * typeSize(type);
+  for (int weighted = 0; weighted <= (flat ? 0 : 1); ++weighted) {
+    Guarded combined(s.T * rowBytes, 0x22);
+    if (trncclEpCombine(routing, expertOut, s.H, combined.ptr(), weighted) != trncclSuccess) {
+      f.add("%s: combine (weighted=%d) failed: %s", what.c_str(), weighted,
+            trncclGetLastError(nullptr));
+      continue;
+    }
+    for (size_t t = 0, bad = 0; t < s.T && bad < 3; ++t)
+      for (size_t h = 0; h < s.H; ++h) {
+        const float got = loadValue(type, combined.ptr(), t * s.H + h);
+        const float expect = expectedCombined(me, n, s, idx, t, h, flat, weighted);
+        if (got != expect) {
+          f.add("%s: combine (weighted=%d) token %zu element %zu = %g, want %g", what.c_str(),
+                weighted, t, h, got, expect);
+          ++bad;
+          break;
+        }
+      }
+    if (!combined.guardIntact()) f.add("%s: combine wrote past out", what.c_str());
+  }
+}
+
 void runStep(Failures& f, trncclEpGroup_t group, int me, int n, const Shape& s,
              trncclDataType_t type, trncclEpLayout_t layout, bool async, uint64_t salt,
              size_t worst) {
@@ -234,27 +260,7 @@ void runStep(Failures& f, trncclEpGroup_t group, int me, int n, const Shape& s,
       storeValue(type, expertOut.data(), j * s.H + h,
                  loadValue(type, outTokens.ptr(), j * s.H + h) * scale);
   }
-  for (int weighted = 0; weighted <= (flat ? 0 : 1); ++weighted) {
-    Guarded combined(s.T * rowBytes, 0x22);
-    if (trncclEpCombine(routing, expertOut.data(), s.H, combined.ptr(), weighted) !=
-        trncclSuccess) {
-      f.add("%s: combine (weighted=%d) failed: %s", what.c_str(), weighted,
-            trncclGetLastError(nullptr));
-      continue;
-    }
-    for (size_t t = 0, bad = 0; t < s.T && bad < 3; ++t)
-      for (size_t h = 0; h < s.H; ++h) {
-        float got = loadValue(type, combined.ptr(), t * s.H + h);
-        float expect = expectedCombined(me, n, s, idx, t, h, flat, weighted);
-        if (got != expect) {
-          f.add("%s: combine (weighted=%d) token %zu element %zu = %g, want %g", what.c_str(),
-                weighted, t, h, got, expect);
-          ++bad;
-          break;
-        }
-      }
-    if (!combined.guardIntact()) f.add("%s: combine wrote past out", what.c_str());
-  }
+  checkCombine(f, routing, expertOut.data(), me, n, s, idx, type, flat, what);
   trncclEpRoutingDestroy(routing);
 }
 

@@ -57,6 +57,13 @@ trncclEpRouting_t createRouting(Failures& f, trncclEpGroup_t group, const std::v
                                 const Shape& s, trncclEpLayout_t layout,
                                 const std::string& what = "");
 
+// Combines expertOut (rows or slots in `type`, as the reference experts make them: see
+// runStep), unweighted and (expert-major) weighted, and checks every token against
+// expectedCombined and that nothing was written past the output.
+void checkCombine(Failures& f, trncclEpRouting_t routing, const void* expertOut, int me, int n,
+                  const Shape& s, const std::vector<int64_t>& idx, trncclDataType_t type, bool flat,
+                  const std::string& what);
+
 // One routing + dispatch + combine, checked against the reference. worst: 0 in the normal
 // mode; in the low-latency mode the rows or slots the outputs must hold (the counts are known
 // only after the dispatch).
