@@ -29,7 +29,9 @@ count_results() {
 }
 
 status=0
-echo "== formatting (clang-format, .clang-format)"
+# Each phase's heading says how far into the run it starts (the suite's time budget is watched).
+phase() { printf '== %s [%dm%02ds]\n' "$1" $((SECONDS / 60)) $((SECONDS % 60)); }
+phase "formatting (clang-format, .clang-format)"
 # The sources to check: git's list in a clone, else every C/C++ file outside the build
 # directories (a tarball of the tree has no git metadata, and a machine may have no git).
 sources() {
@@ -49,9 +51,9 @@ else
   status=1
 fi
 
-echo "== build (release)"
+phase "build (release)"
 bash scripts/build.sh build || { echo "0 passed, 1 failed"; exit 1; }
-echo "== tests (release)"
+phase "tests (release)"
 meson test -C build --print-errorlogs --num-processes 1
 rc=$?
 [ "$rc" -eq 0 ] || status=1
@@ -64,11 +66,11 @@ count_results build "$rc"
 sanitizer_flags=(-Doptimization=1 -Ddebug=false -Db_ndebug=false -Dcpp_args=-g1 -Dc_args=-g1 -Db_lundef=false
   -Dtorch=disabled)
 
-echo "== build (address + undefined sanitizers)"
+phase "build (address + undefined sanitizers)"
 # The torch extension is not built here: a sanitized module cannot load into an uninstrumented
 # Python interpreter.
 if bash scripts/build.sh build-asan -Db_sanitize=address,undefined "${sanitizer_flags[@]}"; then
-  echo "== multi-rank and unit tests under the sanitizers (reduced sweep)"
+  phase "multi-rank and unit tests under the sanitizers (reduced sweep)"
   TRNCCL_TEST_QUICK=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     meson test -C build-asan --print-errorlogs --num-processes 1 --suite multirank --suite unit \
@@ -81,12 +83,12 @@ else
   status=1
 fi
 
-echo "== build (thread sanitizer: the progress engine under concurrent callers)"
+phase "build (thread sanitizer: the progress engine under concurrent callers)"
 if { [ -f build-tsan/build.ninja ] ||
      meson setup build-tsan -Db_sanitize=thread "${sanitizer_flags[@]}" >/dev/null; } &&
    ninja -C build-tsan tests/api_test tests/errors_test tests/wait_policy_test \
      tests/flight_recorder_test; then
-  echo "== threads, requests, abort, fault, wait-policy and flight-recorder tests under ThreadSanitizer"
+  phase "threads, requests, abort, fault, wait-policy and flight-recorder tests under ThreadSanitizer"
   # die_after_fork=0: the test fixture forks rank processes while earlier jobs' rendezvous
   # threads may still be winding down in the parent; the children never use those threads.
   TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
@@ -101,5 +103,6 @@ else
 fi
 
 [ "$skipped" -eq 0 ] || echo "${skipped} skipped (not counted as passed; see the log for why)"
+phase "done"
 echo "${passed} passed, ${failed} failed"
 [ "$status" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -67,8 +67,9 @@ TEST_P(Moe, LargeRowsAndBitwiseReproducibleCombine) {
   const auto [layout, n] = GetParam();
   if (n < 2) GTEST_SKIP() << "needs peers";
   // Under the sanitizers (quick mode) a few rank counts stand for the rest.
-  if (quickMode() && ((layout == "shm" && (n == 4 || n == 5)) || (layout == "rings" && n != 3)))
-    GTEST_SKIP() << "quick mode: shm 2, 3, 8 and rings 3 cover this";
+  // (8 ranks with 4 KiB rows took 9 s under ASan; the reference test keeps shm at 8 ranks.)
+  if (quickMode() && ((layout == "shm" && n > 3) || (layout == "rings" && n != 3)))
+    GTEST_SKIP() << "quick mode: shm 2, 3 and rings 3 cover this";
   auto outcomes = withComm(
       n, [&](int rank) { setupLayout(layout, rank); },
       [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
