@@ -66,71 +66,78 @@ TEST(MoeHierarchical, CrossesToOneProxyPerNode) {
 
 // One node: with TRNCCL_MOE_DIRECT on (the default) dispatch and combine read the rows out of
 // the peers' mapped staging, counted as bytes received from the rank that staged them and
-// nothing sent; off, they are messages over the shm transport. Each rank's tokens all go to
-// the next rank's expert, so the counts are known exactly.
+// nothing sent; off, they are messages over the shm transport. Both modes: the low-latency one
+// learns the counts from the peers' staging (direct) or from a first message (rings). Each
+// rank's tokens all go to the next rank's expert, so the counts are known exactly.
 TEST(MoeDirect, RowsAreReadFromThePeersStagingAndCounted) {
-  for (const char* direct : {"1", "0"}) {
-    auto outcomes = withComm(
-        3, [&](int) { setenv("TRNCCL_MOE_DIRECT", direct, 1); },
-        [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
-          const size_t T = 40, H = 24;
-          const int K = 1;
-          trncclEpGroup_t group = makeGroup(f, comm, nranks, nranks, T, trncclFloat32, H);
-          if (!group) return;
-          const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
-          std::vector<int32_t> idx(T, next);
-          trncclEpRouting_t routing = nullptr;
-          if (trncclEpCreateRouting(group, idx.data(), trncclInt32, T, K, trncclEpLayoutExpertMajor,
-                                    &routing) != trncclSuccess) {
-            f.add("create routing: %s", trncclGetLastError(comm));
-            return;
-          }
-          std::vector<trncclPeerTraffic_t> before(nranks), after(nranks);
-          int count = 0;
-          (void)trncclCommGetPeerTraffic(comm, before.data(), nranks, &count);
-          std::vector<float> tokens(T * H), out(T * H), rows(T * H), weights(T);
-          for (size_t i = 0; i < tokens.size(); ++i)
-            tokens[i] = static_cast<float>(rank * 1000 + i);
-          if (trncclEpDispatch(routing, tokens.data(), H, nullptr, rows.data(), weights.data(),
-                               nullptr, T) != trncclSuccess ||
-              trncclEpCombine(routing, rows.data(), H, out.data(), 0) != trncclSuccess) {
-            f.add("dispatch/combine: %s", trncclGetLastError(comm));
-            return;
-          }
-          (void)trncclCommGetPeerTraffic(comm, after.data(), nranks, &count);
-          for (size_t i = 0; i < rows.size(); ++i)
-            if (rows[i] != static_cast<float>(prev * 1000 + i) || out[i] != tokens[i]) {
-              f.add("element %zu: row %g (want %d), combined %g (want %g)", i, rows[i],
-                    prev * 1000 + static_cast<int>(i), out[i], tokens[i]);
-              break;
+  for (const char* direct : {"1", "0"})
+    for (trncclEpMode_t mode : {trncclEpModeNormal, trncclEpModeLowLatency}) {
+      auto outcomes = withComm(
+          3, [&](int) { setenv("TRNCCL_MOE_DIRECT", direct, 1); },
+          [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+            const size_t T = 40, H = 24;
+            const int K = 1;
+            trncclEpGroup_t group = makeGroup(f, comm, nranks, nranks, T, trncclFloat32, H, mode);
+            if (!group) return;
+            const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+            std::vector<int32_t> idx(T, next);
+            trncclEpRouting_t routing = nullptr;
+            if (trncclEpCreateRouting(group, idx.data(), trncclInt32, T, K,
+                                      trncclEpLayoutExpertMajor, &routing) != trncclSuccess) {
+              f.add("create routing: %s", trncclGetLastError(comm));
+              return;
             }
-          auto delta = [&](int q, auto field) { return after[q].*field - before[q].*field; };
-          uint64_t sent = 0;
-          for (int q = 0; q < nranks; ++q) sent += delta(q, &trncclPeerTraffic_t::sentBytes);
-          const uint64_t fromPrev = delta(prev, &trncclPeerTraffic_t::recvBytes);
-          const uint64_t fromNext = delta(next, &trncclPeerTraffic_t::recvBytes);
-          if (std::string(direct) == "1") {
-            // Dispatch: prev's T rows and their weights; combine: next's T rows back.
-            const uint64_t rowBytes = H * sizeof(float);
-            if (sent != 0 || fromPrev != T * (rowBytes + (K * sizeof(float))) ||
-                fromNext != T * rowBytes)
-              f.add(
-                  "direct: sent %llu bytes (want 0), read %llu from rank %d (want %llu) and "
-                  "%llu from rank %d (want %llu)",
-                  static_cast<unsigned long long>(sent), static_cast<unsigned long long>(fromPrev),
-                  prev, static_cast<unsigned long long>(T * (rowBytes + K * sizeof(float))),
-                  static_cast<unsigned long long>(fromNext), next,
-                  static_cast<unsigned long long>(T * rowBytes));
-          } else if (delta(next, &trncclPeerTraffic_t::sentBytes) < T * H * sizeof(float)) {
-            f.add("rings: sent %llu bytes to rank %d, want at least its rows",
-                  static_cast<unsigned long long>(delta(next, &trncclPeerTraffic_t::sentBytes)),
-                  next);
-          }
-          trncclEpRoutingDestroy(routing);
-          trncclEpGroupDestroy(group);
-        });
-    EXPECT_ALL_RANKS_OK(outcomes) << "TRNCCL_MOE_DIRECT=" << direct;
-  }
+            std::vector<trncclPeerTraffic_t> before(nranks), after(nranks);
+            int count = 0;
+            (void)trncclCommGetPeerTraffic(comm, before.data(), nranks, &count);
+            // Low latency: outputs hold the worst case (every rank's tokens could land here).
+            const size_t capacity = mode == trncclEpModeLowLatency ? T * nranks : T;
+            std::vector<float> tokens(T * H), out(T * H), rows(capacity * H), weights(capacity);
+            for (size_t i = 0; i < tokens.size(); ++i)
+              tokens[i] = static_cast<float>(rank * 1000 + i);
+            if (trncclEpDispatch(routing, tokens.data(), H, nullptr, rows.data(), weights.data(),
+                                 nullptr, capacity) != trncclSuccess ||
+                trncclEpCombine(routing, rows.data(), H, out.data(), 0) != trncclSuccess) {
+              f.add("dispatch/combine: %s", trncclGetLastError(comm));
+              return;
+            }
+            (void)trncclCommGetPeerTraffic(comm, after.data(), nranks, &count);
+            for (size_t i = 0; i < T * H; ++i)
+              if (rows[i] != static_cast<float>(prev * 1000 + i) || out[i] != tokens[i]) {
+                f.add("element %zu: row %g (want %d), combined %g (want %g)", i, rows[i],
+                      prev * 1000 + static_cast<int>(i), out[i], tokens[i]);
+                break;
+              }
+            auto delta = [&](int q, auto field) { return after[q].*field - before[q].*field; };
+            uint64_t sent = 0;
+            for (int q = 0; q < nranks; ++q) sent += delta(q, &trncclPeerTraffic_t::sentBytes);
+            const uint64_t fromPrev = delta(prev, &trncclPeerTraffic_t::recvBytes);
+            const uint64_t fromNext = delta(next, &trncclPeerTraffic_t::recvBytes);
+            if (std::string(direct) == "1") {
+              // Dispatch: prev's T rows and their weights (low latency: and their expert ids);
+              // combine: next's T rows back.
+              const uint64_t rowBytes = H * sizeof(float);
+              const uint64_t perRow =
+                  rowBytes + (K * sizeof(float)) + (mode == trncclEpModeLowLatency ? K * 4 : 0);
+              if (sent != 0 || fromPrev != T * perRow || fromNext != T * rowBytes)
+                f.add(
+                    "direct: sent %llu bytes (want 0), read %llu from rank %d (want %llu) and "
+                    "%llu from rank %d (want %llu)",
+                    static_cast<unsigned long long>(sent),
+                    static_cast<unsigned long long>(fromPrev), prev,
+                    static_cast<unsigned long long>(T * perRow),
+                    static_cast<unsigned long long>(fromNext), next,
+                    static_cast<unsigned long long>(T * rowBytes));
+            } else if (delta(next, &trncclPeerTraffic_t::sentBytes) < T * H * sizeof(float)) {
+              f.add("rings: sent %llu bytes to rank %d, want at least its rows",
+                    static_cast<unsigned long long>(delta(next, &trncclPeerTraffic_t::sentBytes)),
+                    next);
+            }
+            trncclEpRoutingDestroy(routing);
+            trncclEpGroupDestroy(group);
+          });
+      EXPECT_ALL_RANKS_OK(outcomes) << "TRNCCL_MOE_DIRECT=" << direct << ", mode " << mode;
+    }
 }
 
 // Combine gives the same bits on every path: over the rings, from peers' staging (direct), and

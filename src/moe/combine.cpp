@@ -225,7 +225,7 @@ Status planCombine(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
                      "or weights",
                      me);
   if (rt.hierarchical) return planCombineHierarchical(b, routing, a);
-  if (g.direct && !rt.lowLatency) return planCombineDirect(b, routing, a);
+  if (g.direct) return planCombineDirect(b, routing, a);
   const char* expertRows = expertRowsInFlatOrder(rt, a, rowBytes, st);
   st.recvRows.resize(rows * rowBytes);
   {

@@ -4,12 +4,17 @@
 // wait, every rank reads its rows where they lie: dispatch copies them once into the caller's
 // output (flat) or straight into the expert slots (expert-major), and combine sums them where
 // they lie. The shm rings would copy every row twice more (into a ring slot and out of it).
-// A last post and wait keep each rank's staging unchanged until its peers have read it.
+// A last post says that a rank has read; the group's two staging buffers, used in turn, keep
+// each rank's staging unchanged until its peers have read it (exchange() says why that holds).
+//
+// Low-latency routings exchanged no counts when they were made: their dispatch stages each
+// row's local expert ids too, and readers learn what they receive from the peers' headers
+// (learnLowLatencyRows) before copying rows, in the same single exchange.
 //
 // Staging layout (64-byte aligned parts): header words [rowsOffset, weightsOffset,
-// begin[0..n]], then rows, then (dispatch) weights. Dispatch: begin = the packed rows for each
-// destination (Routing::sendBegin); combine: the rows for each origin in flat order
-// (Routing::recvBegin).
+// begin[0..n]], then rows, then (dispatch) weights, then (low latency) ids. Dispatch: begin = the
+// packed rows for each destination (Routing::sendBegin); combine: the rows for each origin in flat
+// order (Routing::recvBegin).
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -31,6 +36,7 @@ struct StagingHeader {
   shm::SharedRegion outputs;       // where they are, in memory peers map
   uint64_t rowTokensOffset = 0;    // dispatch from the caller's tokens: each packed row's token
   shm::SharedRegion tokens;        // where the tokens are, in memory peers map
+  uint64_t idsOffset = 0;          // low-latency dispatch: each packed row's K local expert ids
 };
 
 size_t align64(size_t bytes) {
@@ -48,23 +54,42 @@ StagingHeader* writeHeader(char* staging, const std::vector<size_t>& begin) {
   return header;
 }
 
-// Publishes the staging with this call's descriptor, waits for every rank's, runs read (which
-// copies out of peers' staging), then holds the staging until every peer has read it.
-void exchange(ScheduleBuilder& b, CollKind kind, const EpGroup& g, size_t hidden,
-              trncclDataType_t type, std::function<Status(ScheduleBuilder&)> read) {
+// Publishes staging buffer `which` with this call's descriptor, waits for every rank's, maps
+// every peer's staging and runs read (which copies out of it), then posts that it has read.
+// The call returns without waiting for its peers' reads when they read only this staging and
+// have all mapped it before: the group's exchanges use its two buffers in turn, and before
+// this rank plans the exchange after the next one (which refills this buffer) the next one has
+// waited for every peer's first post, which each peer makes after reading this one. It waits
+// (holds) when a peer may not have mapped the buffer yet (new, or grown into a new allocation:
+// the peer opens it through /proc/<pid>/fd, which needs it open) and when peers read the
+// caller's own trncclMemAlloc memory (holdUntilRead), which the caller may change as soon as
+// the call returns. Every rank posts alike either way (the counters stay uniform).
+void exchange(ScheduleBuilder& b, CollKind kind, const EpGroup& g, int which, size_t hidden,
+              trncclDataType_t type, bool holdUntilRead,
+              std::function<Status(ScheduleBuilder&)> read) {
+  Staging& st = *g.staging;
+  const char* staging = st.shared[which].data();
   shm::OpDescriptor d{};
   d.kind = static_cast<int32_t>(kind);
   d.dtype = static_cast<int32_t>(type);
   d.op = -1;
   d.root = -1;
   d.count = hidden;
-  d.sendAddress = reinterpret_cast<uint64_t>(g.staging->shared.data());
-  shm::findSharedRegion(g.staging->shared.data(), &d.sendRegion);
+  d.sendAddress = reinterpret_cast<uint64_t>(staging);
+  shm::findSharedRegion(staging, &d.sendRegion);
+  const bool hold = holdUntilRead || d.sendRegion.id != st.peersMapped[which];
+  st.peersMapped[which] = d.sendRegion.id;  // by the end of this call, if it holds
   b.publishDescriptor(d);
   b.waitAll(b.post());
   b.checkDescriptors();
-  b.callback(std::move(read));
-  b.waitAll(b.post());
+  const int n = g.nranks(), me = g.rank();
+  b.callback([read = std::move(read), n, me](ScheduleBuilder& later) {
+    for (int q = 0; q < n; ++q)
+      if (q != me) (void)later.peerSendBuffer(q);  // mapped now, whether read from or not
+    return read(later);
+  });
+  const uint64_t peersRead = b.post();
+  if (hold) b.waitAll(peersRead);
 }
 
 // Peer q's staging as this rank reads it: its header and where this rank's rows begin and end
@@ -149,19 +174,94 @@ Result<PeerTokens> peerTokens(const ScheduleBuilder& b, const EpGroup& g, const 
   return out;
 }
 
-Status readDispatch(const ScheduleBuilder& b, Routing& rt, const DispatchArgs& a, size_t rowBytes) {
+// Low latency: no counts were exchanged at routing creation, so what this rank receives is
+// learnt here from every peer's staging (its header's row ranges and its table of each row's
+// local expert ids), as readMeta learns it from the meta messages over the transports; the same
+// checks (a peer's count within maxDispatchTokensPerRank, ids within this rank's experts, the
+// expert side within the caller's capacity).
+Status learnLowLatencyRows(const ScheduleBuilder& b, Routing& rt, size_t capacity,
+                           const char* call) {
+  const EpGroup& g = *rt.group;
+  const int n = g.nranks(), me = g.rank(), K = rt.topk;
+  const uint64_t limit = static_cast<uint64_t>(g.config.maxDispatchTokens);
+  std::vector<const int32_t*> ids(n);
+  rt.recvBegin.assign(n + 1, 0);
+  for (int q = 0; q < n; ++q) {
+    uint64_t rows = rt.sendRows(me);
+    ids[q] = rt.sendIds.data() + (rt.sendBegin[me] * K);
+    if (q != me) {
+      const ScheduleBuilder::PeerSendBuffer peer = b.peerSendBuffer(q);
+      if (!peer.mapped || peer.bytes < headerBytes(n))
+        return makeError(Code::kSystemError,
+                         "rank %d %s (low latency): could not map rank %d's staging (shared "
+                         "memory through /proc/<pid>/fd); set TRNCCL_MOE_DIRECT=0 to send rows "
+                         "over the transports",
+                         me, call, q);
+      StagingHeader header;
+      std::memcpy(&header, peer.mapped, sizeof header);
+      const auto* begin = reinterpret_cast<const uint64_t*>(peer.mapped + sizeof(StagingHeader));
+      const uint64_t first = begin[me], last = begin[me + 1];
+      if (last < first || last - first > limit)
+        return makeError(Code::kRemoteError,
+                         "rank %d %s (low latency): rank %d staged %lld rows for this rank, past "
+                         "the capacity of %d per rank; its routing or configuration differs",
+                         me, call, q, static_cast<long long>(last - first),
+                         g.config.maxDispatchTokens);
+      if (header.idsOffset == 0 || header.idsOffset + (last * K * sizeof(int32_t)) > peer.bytes)
+        return pastItsStaging(g, q, call);
+      rows = last - first;
+      ids[q] = reinterpret_cast<const int32_t*>(peer.mapped + header.idsOffset) + (first * K);
+      b.countPeerRead(q, rows * K * sizeof(int32_t));
+    }
+    rt.recvBegin[q + 1] = rt.recvBegin[q] + rows;
+  }
+  rt.recvIds.resize(rt.recvRows() * K);
+  for (int q = 0; q < n; ++q) {
+    const size_t entries = rt.recvRowsFrom(q) * K;
+    for (size_t e = 0; e < entries; ++e)
+      if (ids[q][e] < -1 || ids[q][e] >= g.localExperts)
+        return makeError(Code::kRemoteError,
+                         "rank %d %s (low latency): rank %d staged local expert id %d, but this "
+                         "rank holds %d experts; the ranks' configurations differ",
+                         me, call, q, ids[q][e], g.localExperts);
+    copyBytes(rt.recvIds.data() + (rt.recvBegin[q] * K), ids[q], entries * sizeof(int32_t));
+  }
+  buildExpertSide(&rt);
+  if (rt.received() > capacity)  // cannot happen: capacity holds the worst case
+    return makeError(Code::kInternalError,
+                     "rank %d %s (low latency): %zu rows/slots arrived, past the worst case of "
+                     "%zu",
+                     me, call, rt.received(), capacity);
+  return Status::ok();
+}
+
+// The caller's own rows for itself (flat layout), straight from its tokens.
+void landOwnRows(const Routing& rt, const DispatchArgs& a, size_t rowBytes) {
+  const int me = rt.group->rank();
+  const size_t payloadBytes = a.hidden * dtypeSize(rt.group->config.payload);
+  for (size_t i = 0; i < rt.sendRows(me); ++i)
+    landRow(a, payloadBytes, rt.recvBegin[me] + i,
+            byteAt(a.tokens, rt.rowToken[rt.sendBegin[me] + i] * rowBytes));
+}
+
+Status readDispatch(const ScheduleBuilder& b, Routing& rt, const DispatchArgs& a, size_t rowBytes,
+                    const char* ownStaging) {
   const EpGroup& g = *rt.group;
   Staging& st = *g.staging;
   const int n = g.nranks(), me = g.rank(), K = rt.topk;
   const bool flat = rt.layout == trncclEpLayoutFlat;
   const char* call = a.scaled ? "trncclEpDispatchScaled" : "trncclEpDispatch";
   const size_t payloadBytes = a.hidden * dtypeSize(g.config.payload);
+  if (rt.lowLatency) {
+    TRNCCL_RETURN_IF_ERROR(learnLowLatencyRows(b, rt, a.outCapacity, call));
+    if (flat) landOwnRows(rt, a, rowBytes);
+  }
   st.recvWeights.resize(rt.recvRows() * K);
-  const auto* own = reinterpret_cast<const StagingHeader*>(st.shared.data());
-  copyBytes(st.recvWeights.data() + (rt.recvBegin[me] * K),
-            reinterpret_cast<const float*>(st.shared.data() + own->weightsOffset) +
-                (rt.sendBegin[me] * K),
-            rt.sendRows(me) * K * sizeof(float));
+  const auto* own = reinterpret_cast<const StagingHeader*>(ownStaging);
+  copyBytes(
+      st.recvWeights.data() + (rt.recvBegin[me] * K),
+      reinterpret_cast<const float*>(ownStaging + own->weightsOffset) + (rt.sendBegin[me] * K),
+      rt.sendRows(me) * K * sizeof(float));
   // Expert-major: where each received row is, for finishDispatchRows to copy into its slots
   // (this rank's own rows straight from its tokens).
   std::vector<const char*> rowOf(flat ? 0 : rt.recvRows());
@@ -318,7 +418,7 @@ Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& ro
   const Routing& rt = *routing;
   const EpGroup& g = *rt.group;
   Staging& st = *g.staging;
-  const int n = g.nranks(), me = g.rank();
+  const int n = g.nranks();
   const size_t rowBytes = a.rowBytes, rows = rt.sendBegin[n];
   // Tokens in memory peers map (trncclMemAlloc) are read where they are: nothing is staged
   // but each row's token index and weights. (A scaled dispatch's rows carry their scale, so
@@ -330,10 +430,20 @@ Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& ro
   const size_t rowsOffset = headerBytes(n);
   const size_t weightsOffset =
       align64(rowsOffset + (rows * (fromTokens ? sizeof(uint64_t) : rowBytes)));
-  TRNCCL_RETURN_IF_ERROR(st.shared.reserve(weightsOffset + (rows * rt.topk * sizeof(float))));
-  char* staging = st.shared.data();
+  // Low latency: each row's local expert ids too (what the routing would have exchanged).
+  size_t end = weightsOffset + (rows * rt.topk * sizeof(float)), idsOffset = 0;
+  if (rt.lowLatency) {
+    idsOffset = align64(end);
+    end = idsOffset + (rows * rt.topk * sizeof(int32_t));
+  }
+  const int which = st.takeShared();
+  TRNCCL_RETURN_IF_ERROR(st.shared[which].reserve(end));
+  char* staging = st.shared[which].data();
   StagingHeader* header = writeHeader(staging, rt.sendBegin);
   header->weightsOffset = weightsOffset;
+  header->idsOffset = idsOffset;
+  if (rt.lowLatency)
+    copyBytes(staging + idsOffset, rt.sendIds.data(), rows * rt.topk * sizeof(int32_t));
   if (fromTokens) {
     header->tokens = tokens;
     header->rowTokensOffset = rowsOffset;
@@ -344,16 +454,15 @@ Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& ro
   }
   packRows(rt, a, rowBytes, fromTokens ? nullptr : staging + rowsOffset,
            reinterpret_cast<float*>(staging + weightsOffset));
-  const size_t payloadBytes = a.hidden * dtypeSize(g.config.payload);
-  if (rt.layout == trncclEpLayoutFlat)  // this rank's own rows: straight from its tokens
-    for (size_t i = 0; i < rt.sendRows(me); ++i)
-      landRow(a, payloadBytes, rt.recvBegin[me] + i,
-              byteAt(a.tokens, rt.rowToken[rt.sendBegin[me] + i] * rowBytes));
+  // This rank's own rows land now (flat), unless low latency: where they go is known once the
+  // peers' counts are read.
+  if (rt.layout == trncclEpLayoutFlat && !rt.lowLatency) landOwnRows(rt, a, rowBytes);
   DispatchArgs args = a;
   args.landed = true;
-  exchange(b, CollKind::kMoeDispatch, g, a.hidden, g.config.payload,
-           [routing, args, rowBytes](ScheduleBuilder& later) {
-             return readDispatch(later, *routing, args, rowBytes);
+  exchange(b, CollKind::kMoeDispatch, g, which, a.hidden, g.config.payload,
+           /*holdUntilRead=*/fromTokens,
+           [routing, args, rowBytes, staging](ScheduleBuilder& later) {
+             return readDispatch(later, *routing, args, rowBytes, staging);
            });
   return Status::ok();
 }
@@ -378,8 +487,9 @@ Status planCombineDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& rou
     need += rt.recvRows() * rowBytes;
   else if (!flat)
     need += align64(rt.recvRows() * K * sizeof(int64_t)) + (rt.recvSlots() * 4);
-  TRNCCL_RETURN_IF_ERROR(st.shared.reserve(need));
-  char* staging = st.shared.data();
+  const int which = st.takeShared();
+  TRNCCL_RETURN_IF_ERROR(st.shared[which].reserve(need));
+  char* staging = st.shared[which].data();
   StagingHeader* header = writeHeader(staging, rt.recvBegin);
   if (fromOutputs) {
     header->fromOutputs = 1;
@@ -415,8 +525,8 @@ Status planCombineDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& rou
     own.slotWeights = a.weighted ? rt.slotWeights.data() : nullptr;
   }
   const CombineArgs args = a;
-  exchange(b, CollKind::kMoeCombine, g, a.hidden, g.config.combineType(),
-           [routing, args, rowBytes, own](ScheduleBuilder& later) {
+  exchange(b, CollKind::kMoeCombine, g, which, a.hidden, g.config.combineType(),
+           /*holdUntilRead=*/fromOutputs, [routing, args, rowBytes, own](ScheduleBuilder& later) {
              return sumTokens(later, *routing, args, rowBytes, own);
            });
   return Status::ok();

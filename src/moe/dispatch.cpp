@@ -346,7 +346,7 @@ Status planDispatch(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
   args.rowBytes = payloadBytes;
   if (a.scaled) args = withScales(rt, a, payloadBytes);
   if (rt.hierarchical) return planDispatchHierarchical(b, routing, args);
-  if (rt.group->direct && !rt.lowLatency) return planDispatchDirect(b, routing, args);
+  if (rt.group->direct) return planDispatchDirect(b, routing, args);
   pack(rt, args, args.rowBytes, *rt.group->staging);
   if (rt.lowLatency) return planLowLatency(b, routing, args, args.rowBytes);
   exchangeRows(b, routing, args, args.rowBytes, /*weightsToo=*/true);

@@ -54,7 +54,16 @@ struct Staging {
   std::vector<char> hop1Out, hop1In, hop2Out, hop2In;  // hierarchical: each hop's messages
   std::vector<char> partial;                           // hierarchical combine: proxy sums
   std::vector<char> scaledIn, scaledOut;  // scaled (fp8) dispatch: rows with their scale
-  shm::SharedBuffer shared;               // direct mode: what local peers read (direct.cpp)
+  // Direct mode: what local peers read (direct.cpp), two buffers used in turn by the group's
+  // exchanges, so that an exchange need not wait for its peers' reads before it returns.
+  shm::SharedBuffer shared[2];
+  uint64_t peersMapped[2] = {0, 0};  // the allocation (region id) of each every peer has mapped
+  int nextShared = 0;
+  int takeShared() {
+    const int i = nextShared;
+    nextShared ^= 1;
+    return i;
+  }
 };
 
 struct EpGroup {

@@ -329,8 +329,7 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
               : group->hierarchical ? "hierarchical"
                                     : "normal",
               why.c_str(),
-              group->direct ? "read from peers' mapped staging (direct, TRNCCL_MOE_DIRECT=1; the "
-                              "low-latency mode still uses the transports)"
+              group->direct ? "read from peers' mapped staging (direct, TRNCCL_MOE_DIRECT=1)"
               : directHere  ? "over the transports (some rank cannot map its peers' memory)"
               : directAllowed.isOk() && directAllowed.value()
                   ? "over the transports (a peer is not on shm, or single copy is off on "
