@@ -91,9 +91,11 @@ if { [ -f build-tsan/build.ninja ] ||
   phase "threads, requests, abort, fault, wait-policy and flight-recorder tests under ThreadSanitizer"
   # die_after_fork=0: the test fixture forks rank processes while earlier jobs' rendezvous
   # threads may still be winding down in the parent; the children never use those threads.
+  # The 64 MiB all-reduce is left to the other passes: under ThreadSanitizer it took 44 s of
+  # this pass's 2 minutes and exercises no thread the smaller calls do not.
   TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 \
     meson test -C build-tsan --no-rebuild --print-errorlogs --num-processes 1 api errors \
-      wait_policy flight_recorder
+      wait_policy flight_recorder --test-args=--gtest_filter=-LargeMessages.AllReduce64MiB
   rc=$?
   [ "$rc" -eq 0 ] || status=1
   count_results build-tsan "$rc"
