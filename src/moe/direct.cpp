@@ -106,8 +106,10 @@ struct PeerStaging {
   }
 };
 
-Result<PeerStaging> peerStaging(const ScheduleBuilder& b, const EpGroup& g, int q,
-                                size_t expectRows, const char* call) {
+// Peer q's staging mapped here, its header copied and this rank's row range read; nothing
+// checked against this rank's routing yet.
+Result<PeerStaging> mappedStaging(const ScheduleBuilder& b, const EpGroup& g, int q,
+                                  const char* call) {
   const int n = g.nranks(), me = g.rank();
   const ScheduleBuilder::PeerSendBuffer peer = b.peerSendBuffer(q);
   if (!peer.mapped)
@@ -125,13 +127,22 @@ Result<PeerStaging> peerStaging(const ScheduleBuilder& b, const EpGroup& g, int 
   const auto* begin = reinterpret_cast<const uint64_t*>(peer.mapped + sizeof(StagingHeader));
   s.first = begin[me];
   s.last = begin[me + 1];
+  return s;
+}
+
+Result<PeerStaging> peerStaging(const ScheduleBuilder& b, const EpGroup& g, int q,
+                                size_t expectRows, const char* call) {
+  auto staging = mappedStaging(b, g, q, call);
+  TRNCCL_RETURN_IF_ERROR(staging.status());
+  const PeerStaging& s = staging.value();
   if (s.last < s.first || s.last - s.first != expectRows)
     return makeError(Code::kRemoteError,
                      "rank %d %s: rank %d staged %llu rows for this rank, its routing expects "
                      "%zu; the ranks' routings differ (each rank must pass the routing made "
                      "by the same trncclEpRoutingCreate)",
-                     me, call, q, static_cast<unsigned long long>(s.last - s.first), expectRows);
-  return s;
+                     g.rank(), call, q, static_cast<unsigned long long>(s.last - s.first),
+                     expectRows);
+  return staging;
 }
 
 Status pastItsStaging(const EpGroup& g, int q, const char* call) {
@@ -190,27 +201,18 @@ Status learnLowLatencyRows(const ScheduleBuilder& b, Routing& rt, size_t capacit
     uint64_t rows = rt.sendRows(me);
     ids[q] = rt.sendIds.data() + (rt.sendBegin[me] * K);
     if (q != me) {
-      const ScheduleBuilder::PeerSendBuffer peer = b.peerSendBuffer(q);
-      if (!peer.mapped || peer.bytes < headerBytes(n))
-        return makeError(Code::kSystemError,
-                         "rank %d %s (low latency): could not map rank %d's staging (shared "
-                         "memory through /proc/<pid>/fd); set TRNCCL_MOE_DIRECT=0 to send rows "
-                         "over the transports",
-                         me, call, q);
-      StagingHeader header;
-      std::memcpy(&header, peer.mapped, sizeof header);
-      const auto* begin = reinterpret_cast<const uint64_t*>(peer.mapped + sizeof(StagingHeader));
-      const uint64_t first = begin[me], last = begin[me + 1];
-      if (last < first || last - first > limit)
+      auto staging = mappedStaging(b, g, q, call);
+      TRNCCL_RETURN_IF_ERROR(staging.status());
+      const PeerStaging& s = staging.value();
+      if (s.last < s.first || s.last - s.first > limit)
         return makeError(Code::kRemoteError,
                          "rank %d %s (low latency): rank %d staged %lld rows for this rank, past "
                          "the capacity of %d per rank; its routing or configuration differs",
-                         me, call, q, static_cast<long long>(last - first),
+                         me, call, q, static_cast<long long>(s.last - s.first),
                          g.config.maxDispatchTokens);
-      if (header.idsOffset == 0 || header.idsOffset + (last * K * sizeof(int32_t)) > peer.bytes)
-        return pastItsStaging(g, q, call);
-      rows = last - first;
-      ids[q] = reinterpret_cast<const int32_t*>(peer.mapped + header.idsOffset) + (first * K);
+      if (!s.holds(s.header.idsOffset, K * sizeof(int32_t))) return pastItsStaging(g, q, call);
+      rows = s.last - s.first;
+      ids[q] = reinterpret_cast<const int32_t*>(s.base + s.header.idsOffset) + (s.first * K);
       b.countPeerRead(q, rows * K * sizeof(int32_t));
     }
     rt.recvBegin[q + 1] = rt.recvBegin[q] + rows;
