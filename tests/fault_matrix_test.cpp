@@ -13,7 +13,10 @@
 #include <atomic>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -76,14 +79,60 @@ void joinLayout(const Layout& layout, int rank, const char* timeoutSeconds) {
   setenv("TRNCCL_TIMEOUT", timeoutSeconds, 1);
 }
 
-// What the victim does to itself, `delayMs` after the call it runs starts.
-void injectLater(const char* fault, trncclComm_t* comm, int delayMs) {
-  std::string kind = fault;
-  std::thread([kind, comm, delayMs] {
+// The victim kills itself `delayMs` after the call it runs starts.
+void killLater(int delayMs) {
+  std::thread([delayMs] {
     std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
-    if (kind == "kill") kill(getpid(), SIGKILL);
-    if (kind == "abort" && *comm) trncclCommAbort(*comm);
+    kill(getpid(), SIGKILL);
   }).detach();
+}
+
+// The victim aborts its communicator from a second thread, `delayMs` in, at a moment one of its
+// calls is running (so that the fault lands inside a transfer). trncclCommAbort frees the
+// handle: the victim's thread and the injector agree under one lock, so that no call starts on
+// a handle the injector freed (an abort landing between two calls would have left the next
+// call a freed handle).
+class AbortInjector {
+ public:
+  static std::shared_ptr<AbortInjector> start(trncclComm_t comm, int delayMs) {
+    auto injector = std::make_shared<AbortInjector>();
+    std::thread([injector, comm, delayMs] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+      std::unique_lock<std::mutex> lock(injector->mutex_);
+      injector->callRunning_.wait(lock, [&] { return injector->inCall_; });
+      injector->aborted_ = true;
+      trncclCommAbort(comm);  // holding the lock: the victim's next step waits for the free
+    }).detach();
+    return injector;
+  }
+  // Runs one library call on the communicator unless it is gone (then trncclInvalidUsage); a
+  // call the abort interrupted returns its error. Once a call failed the caller stops touching
+  // the handle.
+  template <typename Call>
+  trncclResult_t run(Call call) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (aborted_) return trncclInvalidUsage;
+      inCall_ = true;
+    }
+    callRunning_.notify_all();
+    const trncclResult_t rc = call();
+    std::lock_guard<std::mutex> lock(mutex_);
+    inCall_ = false;
+    return rc;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable callRunning_;
+  bool inCall_ = false;
+  bool aborted_ = false;
+};
+
+// Runs a library call, through the injector when there is one.
+template <typename Call>
+trncclResult_t guarded(const std::shared_ptr<AbortInjector>& injector, Call call) {
+  return injector ? injector->run(call) : call();
 }
 
 // A count the rank processes share (runRanks forks them after it is mapped): how many ranks
@@ -128,9 +177,8 @@ TEST_P(FaultMatrix, SurvivorsNameTheFaultyRankInTime) {
         const bool victim = rank == kVictim;
         if (victim && phase == "init" && fault == "stall")
           std::this_thread::sleep_for(kStallPastTimeout);  // joins after the others gave up
-        static trncclComm_t comm = nullptr;                // the injector thread reads it
-        comm = nullptr;
-        if (victim && phase == "init" && fault == "kill") injectLater("kill", &comm, 2);
+        trncclComm_t comm = nullptr;
+        if (victim && phase == "init" && fault == "kill") killLater(2);
         auto start = Clock::now();
         trncclResult_t rc = trncclCommInitRank(&comm, n, id, rank);
         if (victim) {
@@ -145,6 +193,7 @@ TEST_P(FaultMatrix, SurvivorsNameTheFaultyRankInTime) {
             return std::string("victim's init failed: ") + trncclGetLastError(nullptr);
         }
         std::vector<float> data(count, 1.0f);
+        std::shared_ptr<AbortInjector> injector;  // the victim's, when it aborts mid-call
         if (rc == trncclSuccess && phase == "init") {
           // Init finished before the fault: the first call must fail instead.
           rc = trncclAllReduce(data.data(), data.data(), 1024, trncclFloat32, trncclSum, comm);
@@ -162,19 +211,27 @@ TEST_P(FaultMatrix, SurvivorsNameTheFaultyRankInTime) {
               trncclCommAbort(comm);
               return "";
             }
-            injectLater(fault.c_str(), &comm, 5);
+            if (fault == "kill") killLater(5);
+            if (fault == "abort") injector = AbortInjector::start(comm, 5);
           }
           // Repeated, so that the fault (5 ms in) lands inside a transfer however fast one is.
           for (int it = 0; it < 40 && rc == trncclSuccess; ++it) {
             if (phase == "collective") {
-              rc = trncclAllReduce(data.data(), data.data(), count, trncclFloat32, trncclSum, comm);
+              rc = guarded(injector, [&] {
+                return trncclAllReduce(data.data(), data.data(), count, trncclFloat32, trncclSum,
+                                       comm);
+              });
             } else if (rank == 0) {
               rc = trncclSend(data.data(), count, trncclFloat32, kVictim, comm);
               if (rc == trncclSuccess)  // an eager send may complete: the reply cannot
                 rc = trncclRecv(data.data(), count, trncclFloat32, kVictim, comm);
             } else if (victim) {
-              rc = trncclRecv(data.data(), count, trncclFloat32, 0, comm);
-              if (rc == trncclSuccess) rc = trncclSend(data.data(), count, trncclFloat32, 0, comm);
+              rc = guarded(injector,
+                           [&] { return trncclRecv(data.data(), count, trncclFloat32, 0, comm); });
+              if (rc == trncclSuccess)
+                rc = guarded(injector, [&] {
+                  return trncclSend(data.data(), count, trncclFloat32, 0, comm);
+                });
             } else {
               return "";  // rank 2 takes no part in the transfer
             }
@@ -247,8 +304,7 @@ TEST_P(FaultNotice, ReachesTheOtherNodeWithItsCause) {
       3,
       [&](int rank, int n, const trncclUniqueId& id) -> std::string {
         joinLayout(Layout{"nodes", provider.c_str(), /*twoNodes=*/true}, rank, "30");
-        static trncclComm_t comm = nullptr;  // the injector thread reads it
-        comm = nullptr;
+        trncclComm_t comm = nullptr;
         if (trncclCommInitRank(&comm, n, id, rank) != trncclSuccess)
           return std::string("init: ") + trncclGetLastError(nullptr);
         std::vector<float> data(count, 1.0f);
@@ -256,14 +312,17 @@ TEST_P(FaultNotice, ReachesTheOtherNodeWithItsCause) {
             trncclSuccess)
           return std::string("first call: ") + trncclGetLastError(comm);
         firstCalls.finished();
+        std::shared_ptr<AbortInjector> injector;
         if (rank == kVictim) {
           firstCalls.waitForAll(n);
-          injectLater("abort", &comm, 5);
+          injector = AbortInjector::start(comm, 5);
         }
         const auto start = Clock::now();
         trncclResult_t rc = trncclSuccess;
         for (int it = 0; it < 200 && rc == trncclSuccess; ++it)
-          rc = trncclAllReduce(data.data(), data.data(), count, trncclFloat32, trncclSum, comm);
+          rc = guarded(injector, [&] {
+            return trncclAllReduce(data.data(), data.data(), count, trncclFloat32, trncclSum, comm);
+          });
         const double took = since(start);
         if (rank == kVictim) {
           // Its injector aborted and freed the communicator: the handle is not touched again
