@@ -7,7 +7,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
   python3-matplotlib
   python3-torch libtorch-dev pybind11-dev python3-dev
-  iproute2 nftables
+  iproute2 nftables procps
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -119,6 +119,14 @@ build_tsan() {
   background_step tsan build_tsan
 ) &
 background_pid=$!
+# A suite stopped early (Ctrl-C, an exit on the way) takes its background builds with it: the
+# whole process tree under the background job, children first.
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1"); do kill_tree "$child"; done
+  kill -TERM "$1" 2>/dev/null
+}
+trap 'kill_tree "$background_pid"' EXIT
 
 phase "tests (release; the torch extension and the sanitizer builds compile behind them)"
 meson test -C build --no-rebuild --print-errorlogs --num-processes 1 --no-suite torch
