@@ -8,7 +8,9 @@
 // measured 8-10 ms from the peer's send to the return over tcp;ofi_rxm, against 0.13 ms
 // spinning. With TRNCCL_EFA_SLEEP=1 it sleeps on the completion queues' wait descriptors
 // (poll, armed by fi_trywait), which network events make readable; off by default for the
-// costs measured (docs/PERFORMANCE.md). When the blocked peer is unknown, naps are short.
+// costs measured (docs/PERFORMANCE.md); over a provider whose descriptor stays readable (net)
+// it naps on a timer instead (EfaTransport::wokeFor). When the blocked peer is unknown, naps
+// are short.
 #include <sched.h>
 
 #include <algorithm>
@@ -85,8 +87,13 @@ bool Communicator::sleepOnNetwork(const std::shared_ptr<Operation>& op, Operatio
     std::lock_guard<std::mutex> lock(mutex_);
     armed = efa_->armSleep();
   }
-  if (armed) efa_->sleep(napNs);  // without the lock: another thread may abort meanwhile
-  return false;
+  if (!armed) return false;
+  const uint64_t events = hint->progressEvents;
+  const bool woken = efa_->sleep(napNs);  // without the lock: another thread may abort meanwhile
+  const bool done = test(op, hint);
+  std::lock_guard<std::mutex> lock(mutex_);
+  efa_->wokeFor(woken, done || hint->progressEvents != events);
+  return done;
 }
 
 Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSeconds) {
@@ -112,7 +119,10 @@ Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSe
     // TRNCCL_SPIN_COUNT counts progress passes, however long each watches its word.
     if (++polls > spinCount_) {
       const int64_t now = sleepAfterNs_ >= 0 ? nowNs() : 0;
-      const bool onNetwork = hint.overNetwork && hint.blockedOnPeer >= 0;
+      // Sleeping on the network's wait descriptors, or napping on a timer where the provider's
+      // descriptors cannot be slept on (napsInsteadOfSleeping) -- with efa peers only.
+      const bool napOnNetwork = hint.overNetwork && efa_->napsInsteadOfSleeping();
+      const bool onNetwork = hint.overNetwork && hint.blockedOnPeer >= 0 && !napOnNetwork;
       if (sleepAfterNs_ < 0 || (onNetwork && !efa_->canSleep())) {
         sched_yield();
       } else if (stillSinceNs == 0 || hint.progressEvents != events) {

@@ -129,7 +129,9 @@ const Var kEfaSleep{
     "descriptors once TRNCCL_SPIN_TIME_US passed without progress: about 1% of a core instead "
     "of a whole one. Off by default: over tcp;ofi_rxm here some wake-ups came ~10 ms late and "
     "the 8 B latency rose up to 2 us in some runs (docs/PERFORMANCE.md, wait_perf). Where the "
-    "provider has no wait descriptor it has no effect."};
+    "provider has no wait descriptor it has no effect; where its descriptor stays readable "
+    "(libfabric 1.17's net provider, once peers connect) the wait naps on a timer instead (50 us "
+    "doubling to 1 ms), logged at INFO."};
 
 const Var kTopoXml{"TRNCCL_TOPO_XML", Kind::kString, "",
                    "An hwloc XML topology file to use instead of discovering this machine (as "

@@ -261,12 +261,13 @@ std::string EfaTransport::describe() const {
     rma = strformat("FI_RMA offered, rendezvous off (%s)", rendezvousSource_.c_str());
   return strformat(
       "provider %s, fabric %s, %zu rail(s) on domain(s) %s (%s), MR mode %s (user buffers: %s), "
-      "%s, inject %zu B, %zu outstanding sends and %zu receives per rail, size check %s",
+      "%s, inject %zu B, %zu outstanding sends and %zu receives per rail, size check %s%s",
       info->fabric_attr->prov_name, info->fabric_attr->name, rails_.size(), domains.c_str(),
       choice_.railReason.c_str(), mrModeText(info->domain_attr->mr_mode).c_str(),
       cacheUserBuffers_ ? "registrations cached" : "registered per message", rma.c_str(),
       rails_.front()->injectBytes, rails_.front()->maxSends, rails_.front()->maxRecvs,
-      rails_.front()->cqDataBytes >= 4 ? "in remote CQ data" : "by length only");
+      rails_.front()->cqDataBytes >= 4 ? "in remote CQ data" : "by length only",
+      canSleep() ? ", blocked waits sleep on the wait descriptors (TRNCCL_EFA_SLEEP=1)" : "");
 }
 
 void EfaTransport::shutdown() {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <list>
 #include <memory>
 #include <optional>
@@ -117,9 +118,19 @@ class EfaTransport : public Transport {
   // when nothing is pending, so that whatever arrives from now on wakes sleep (fi_trywait);
   // false means poll again first. sleep: waits on the descriptors up to ns nanoseconds; it
   // touches no provider state, so it runs without the lock.
-  bool canSleep() const { return !waitFds_.empty() && !shutDown_; }
+  // sleep returns whether a descriptor woke it (false: the time ran out). wokeFor (under the
+  // lock, after the progress pass that follows a sleep) counts wake-ups that brought nothing:
+  // libfabric 1.17's net provider's descriptor becomes readable for good once peers connect,
+  // so poll() returns at once and a "sleeping" rank spun (2.0 s of CPU blocked 2 s). After 64
+  // such wake-ups in a row the transport stops sleeping on its descriptors
+  // (napsInsteadOfSleeping) and the wait policy naps on a timer instead.
+  bool canSleep() const { return !waitFds_.empty() && !shutDown_ && !napsInsteadOfSleeping(); }
+  bool napsInsteadOfSleeping() const {
+    return napsInsteadOfSleeping_.load(std::memory_order_relaxed);
+  }
   bool armSleep();
-  void sleep(int64_t ns) const;
+  bool sleep(int64_t ns) const;
+  void wokeFor(bool woken, bool progressed);
 
   // "provider tcp;ofi_rxm, fabric 127.0.0.1/32, domain lo, 2 rail(s), MR mode ..., rma".
   std::string describe() const;
@@ -189,7 +200,10 @@ class EfaTransport : public Transport {
   // Per peer: the sequence number of the message whose turn it is to post (see post()).
   std::vector<uint32_t> nextSendToPost_, nextRecvToPost_;
   bool shutDown_ = false;
-  std::vector<int> waitFds_;        // one per rail when every rail has one, else empty
+  std::vector<int> waitFds_;  // one per rail when every rail has one, else empty
+  // Written under the communicator's lock, read by waits outside it.
+  std::atomic<bool> napsInsteadOfSleeping_{false};
+  int emptyWakes_ = 0;              // wake-ups in a row that brought no progress
   bool keepEndpointsOpen_ = false;  // fail() over ofi_rxm: never fi_close them
   // Failure notices (efa_notice.cpp): the receive posted at connect and the sends of fail().
   std::vector<std::unique_ptr<FragmentContext>> notices_;

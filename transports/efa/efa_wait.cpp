@@ -6,6 +6,7 @@
 
 #include <array>
 
+#include "core/log.hpp"
 #include "transports/efa/efa_transport.hpp"
 
 namespace trnccl::efa {
@@ -21,14 +22,26 @@ bool EfaTransport::armSleep() {
   return true;
 }
 
-void EfaTransport::sleep(int64_t ns) const {
+bool EfaTransport::sleep(int64_t ns) const {
   constexpr size_t kMaxRails = 32;
   std::array<pollfd, kMaxRails> fds{};
   const size_t n = std::min(waitFds_.size(), kMaxRails);
   for (size_t r = 0; r < n; ++r) fds[r] = pollfd{waitFds_[r], POLLIN, 0};
   const timespec timeout{static_cast<time_t>(ns / 1'000'000'000),
                          static_cast<long>(ns % 1'000'000'000)};
-  (void)ppoll(fds.data(), n, &timeout, nullptr);  // woken, timed out or interrupted: all fine
+  return ppoll(fds.data(), n, &timeout, nullptr) > 0;  // else timed out or interrupted
+}
+
+void EfaTransport::wokeFor(bool woken, bool progressed) {
+  constexpr int kEmptyWakesBeforeNapping = 64;
+  emptyWakes_ = woken && !progressed ? emptyWakes_ + 1 : 0;
+  if (emptyWakes_ < kEmptyWakesBeforeNapping || napsInsteadOfSleeping()) return;
+  napsInsteadOfSleeping_.store(true, std::memory_order_relaxed);
+  TRNCCL_INFO(log::kNet,
+              "efa: %d wake-ups in a row from %s's completion wait descriptors brought nothing "
+              "(the descriptor stays readable): blocked waits nap on a timer instead "
+              "(TRNCCL_EFA_SLEEP=1)",
+              kEmptyWakesBeforeNapping, rails_.front()->info->fabric_attr->prov_name);
 }
 
 }  // namespace trnccl::efa
