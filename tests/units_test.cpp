@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -93,6 +94,34 @@ TEST(Copy, StreamingAndCachedCopiesMatchByteForByteAtEveryAlignment) {
         ASSERT_EQ(cached, streamed) << bytes << " bytes, dst+" << dstOff << ", src+" << srcOff;
       }
   EXPECT_STRNE(streamingCopyIsa(), "");
+}
+
+// Cached copies whose destination lies just past the source modulo a page take the library's
+// own vector loop (core/copy.cpp: glibc's rep movsb crawls there); every such distance and
+// size around the loop's 128-byte step must still copy exactly.
+TEST(Copy, CachedCopiesAtShortPageDistancesMatchByteForByte) {
+  constexpr size_t kPage = 4096, kMax = 70000;
+  std::mt19937 gen(13);
+  std::vector<unsigned char> src(kMax), expected(kMax + 2 * kPage);
+  for (auto& b : src) b = static_cast<unsigned char>(gen());
+  // The destination's page offset is chosen so that (dst - src) mod 4096 is `distance`.
+  auto* arena = static_cast<unsigned char*>(std::aligned_alloc(kPage, 2 * kMax + 4 * kPage));
+  ASSERT_NE(arena, nullptr);
+  unsigned char* from = arena;
+  for (size_t bytes : {2047ul, 2048ul, 2049ul, 2048ul + 127, 4096ul + 33, 65536ul, kMax - 5})
+    for (size_t distance : {1ul, 8ul, 16ul, 31ul, 32ul, 63ul, 64ul}) {
+      unsigned char* to = arena + ((kMax + 2 * kPage) / kPage * kPage) + distance;
+      std::memcpy(from, src.data(), bytes);
+      std::memset(to - 64, 0xAB, bytes + 128);
+      copyBytes(to, from, bytes);
+      std::memcpy(expected.data(), src.data(), bytes);
+      ASSERT_EQ(0, std::memcmp(to, expected.data(), bytes)) << bytes << " bytes at " << distance;
+      for (int edge = 1; edge <= 64; ++edge) {
+        ASSERT_EQ(to[-edge], 0xAB) << "wrote before the destination: " << bytes << " bytes";
+        ASSERT_EQ(to[bytes + edge - 1], 0xAB) << "wrote past the destination: " << bytes;
+      }
+    }
+  std::free(arena);
 }
 
 TEST(Conversions, HalfRoundTripsEveryValue) {

@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -54,6 +55,31 @@ void BM_WindowCopyCached(benchmark::State& state) {
 }
 void BM_WindowCopyStreaming(benchmark::State& state) {
   windowCopyBench(state, trnccl::CopyKind::kStreaming);
+}
+
+// A copy out of a page-aligned window into a malloc'd buffer: the destination lies 16 bytes past
+// the source modulo a page, the distance at which glibc's rep movsb crawls on some CPUs
+// (core/copy.cpp). memcpy against copyBytes, which takes its own loop there.
+template <bool kLibrary>
+void shortPageDistanceCopy(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  AlignedBuffer src(bytes + 4096), dst(bytes + 4096 + 16);
+  char* from = src.data + (4096 - reinterpret_cast<uintptr_t>(src.data) % 4096) % 4096;
+  char* to = dst.data + (4096 - reinterpret_cast<uintptr_t>(dst.data) % 4096) % 4096 + 16;
+  for (auto _ : state) {
+    if (kLibrary)
+      trnccl::copyBytes(to, from, bytes);
+    else
+      std::memcpy(to, from, bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes * 2);
+}
+void BM_MemcpyPageDistance16(benchmark::State& state) {
+  shortPageDistanceCopy<false>(state);
+}
+void BM_CopyBytesPageDistance16(benchmark::State& state) {
+  shortPageDistanceCopy<true>(state);
 }
 
 // Out of place (out = a op b) by default. In place (a = a op b) the output's lines are already
@@ -107,6 +133,8 @@ void BM_ReduceInt8Prod(benchmark::State& s) {
 BENCHMARK(BM_Memcpy)->Arg(8 << 10)->Arg(64 << 10)->Arg(64 << 20);
 BENCHMARK(BM_WindowCopyCached)->Arg(64 << 20);
 BENCHMARK(BM_WindowCopyStreaming)->Arg(64 << 20);
+BENCHMARK(BM_MemcpyPageDistance16)->Arg(64 << 10)->Arg(256 << 10);
+BENCHMARK(BM_CopyBytesPageDistance16)->Arg(64 << 10)->Arg(256 << 10);
 BENCHMARK(BM_ReduceFloatSum)->Arg(8 << 10)->Arg(64 << 10)->Arg(64 << 20);
 BENCHMARK(BM_ReduceBf16Sum)->Arg(8 << 10)->Arg(64 << 10)->Arg(64 << 20);
 BENCHMARK(BM_ReduceFloatSumInPlace)->Arg(8 << 10)->Arg(64 << 10);

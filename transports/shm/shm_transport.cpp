@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
+
+#include "core/copy.hpp"
 
 namespace trnccl::shm {
 
@@ -32,8 +33,7 @@ Result<bool> ShmTransport::progressSend(TransferOp& op) {
     size_t fragment = std::min<size_t>(p.ringSlotBytes, op.bytes - op.done);
     auto* header = reinterpret_cast<SlotHeader*>(slot);
     if (fragment) {
-      std::memcpy(Segment::slotPayload(slot, fragment), static_cast<const char*>(op.src) + op.done,
-                  fragment);
+      copyBytes(Segment::slotPayload(slot, fragment), byteAt(op.src, op.done), fragment);
     }
     // The header line last and in one burst: the receiver is watching it, and every write to
     // it while the receiver holds a copy costs another transfer of the line.
