@@ -109,7 +109,7 @@ TEST(Copy, CachedCopiesAtShortPageDistancesMatchByteForByte) {
   ASSERT_NE(arena, nullptr);
   unsigned char* from = arena;
   for (size_t bytes : {2047ul, 2048ul, 2049ul, 2048ul + 127, 4096ul + 33, 65536ul, kMax - 5})
-    for (size_t distance : {1ul, 8ul, 16ul, 31ul, 32ul, 63ul, 64ul}) {
+    for (size_t distance : {1ul, 8ul, 16ul, 31ul, 32ul, 48ul, 64ul}) {
       unsigned char* to = arena + ((kMax + 2 * kPage) / kPage * kPage) + distance;
       std::memcpy(from, src.data(), bytes);
       std::memset(to - 64, 0xAB, bytes + 128);

@@ -109,8 +109,7 @@ constexpr size_t kMinStreamingBytes = 4096;
 // with fast short rep movsb that instruction crawls when the destination lies a few bytes past
 // the source modulo a page: measured on an AMD EPYC VM, a 64 KiB copy took 21-22 us with the
 // destination 1-31 bytes past the source (mod 4096) against 1.3-1.4 us at every other distance,
-// 256 KiB 134 us against 6-9 us (glibc bug 30994 describes the same; the test below takes the
-// whole cache line). That distance is the
+// 256 KiB 134 us against 6-9 us (glibc bug 30994 describes the same). That distance is the
 // common case here: malloc returns large blocks 16 bytes past a page boundary and the shared
 // windows are page-aligned, so every copy out of a window into such a buffer hit it (2-rank
 // broadcast 256 KiB: 99 us instead of 26). Those copies take a vector loop instead.
@@ -118,7 +117,7 @@ constexpr size_t kRepMovsbMinBytes = 2048;
 bool repMovsbCrawls(const void* dst, const void* src, size_t bytes) {
   const uintptr_t distance =
       (reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(src)) & 4095;
-  return bytes >= kRepMovsbMinBytes && distance != 0 && distance < 64;
+  return bytes >= kRepMovsbMinBytes && distance != 0 && distance < 32;
 }
 
 }  // namespace
