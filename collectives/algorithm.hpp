@@ -42,15 +42,24 @@ struct RingGroup {
   static RingGroup of(std::vector<int> order, int rank);
 };
 
-// The smallest block a direct schedule of `kind` reads by CMA. More ranks than cores: the
-// single-copy all-gather and broadcast end with every rank waiting for all readers, a
-// scheduling round each; measured at 4 ranks on 2 cores they were 10-80% slower than the
+// The blocks (bytes one rank reads from one peer) that direct schedules read by CMA:
+// [minBytes, maxBytes). minBytes SIZE_MAX: CMA is off on this node; maxBytes comes from
+// TRNCCL_CMA_MAX_BYTES or init's timing of the kernel's copy (shm::kernelCopySlowdown).
+struct CmaBand {
+  size_t minBytes = SIZE_MAX;
+  size_t maxBytes = SIZE_MAX;
+};
+
+// Whether a direct schedule of `kind` reads a block of `block` bytes by CMA. More ranks than
+// cores: the single-copy all-gather and broadcast end with every rank waiting for all readers,
+// a scheduling round each; measured at 4 ranks on 2 cores they were 10-80% slower than the
 // windows from 64 KiB to 4 MiB (all-to-all was 25-35% faster), so there they start at 4 MiB.
-inline size_t cmaMinBytesFor(CollKind kind, size_t cmaMinBytes, bool oversubscribed) {
+inline bool readsByCma(CollKind kind, size_t block, const CmaBand& band, bool oversubscribed) {
   constexpr size_t kOversubscribedMinBytes = 4 << 20;
+  size_t minBytes = band.minBytes;
   if (oversubscribed && (kind == CollKind::kAllGather || kind == CollKind::kBroadcast))
-    return std::max(cmaMinBytes, kOversubscribedMinBytes);
-  return cmaMinBytes;
+    minBytes = std::max(minBytes, kOversubscribedMinBytes);
+  return block >= minBytes && block < band.maxBytes;
 }
 
 struct CommView {
@@ -63,12 +72,12 @@ struct CommView {
   size_t windowBytes = 0;  // per window slot
   size_t oneShotMaxBytes = 0;
   size_t llMaxBytes = 0;  // small-message lines (at most shm::kLLMaxBytes)
-  // Direct schedules read blocks of at least this many bytes from peers' user buffers with
-  // CMA instead of staging them in windows (SIZE_MAX: CMA is off on this node).
-  size_t cmaMinBytes = SIZE_MAX;
+  // The blocks direct schedules read from peers' user buffers with CMA instead of staging
+  // them in windows.
+  CmaBand cma;
   bool oversubscribed = false;  // more ranks on this machine than it has cores
-  size_t cmaMinFor(CollKind kind) const {
-    return cmaMinBytesFor(kind, cmaMinBytes, oversubscribed);
+  bool readsByCma(CollKind kind, size_t block) const {
+    return trnccl::readsByCma(kind, block, cma, oversubscribed);
   }
   char* window(int rank, int slot) const { return segment->window(rank, slot); }
   // Every rank in the order whole-communicator rings take: node by node, each node along its

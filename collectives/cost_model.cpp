@@ -125,10 +125,9 @@ double direct(CollKind kind, double bytes, const PlanShape& s, const CostParams&
   // byte of a rank's output copied once (a CMA read is modeled at the host's copy speed; an
   // in-place all-to-all also stages its input once, which this leaves out).
   const double block = kind == CollKind::kAllToAll ? bytes / n : perRank;
-  const bool cma =
-      (kind == CollKind::kAllGather || kind == CollKind::kAllToAll ||
-       kind == CollKind::kBroadcast) &&
-      block >= static_cast<double>(cmaMinBytesFor(kind, s.cmaMinBytes, s.oversubscribed));
+  const bool cma = (kind == CollKind::kAllGather || kind == CollKind::kAllToAll ||
+                    kind == CollKind::kBroadcast) &&
+                   readsByCma(kind, static_cast<size_t>(block), s.cma, s.oversubscribed);
   if (cma) return 2 * sync + c.stepUs + copyUs(c, bytes);
   switch (kind) {
     case CollKind::kAllReduce:
@@ -312,7 +311,7 @@ PlanShape planShapeOf(const CommView& view) {
   s.windowBytes = view.windowBytes ? view.windowBytes : s.windowBytes;
   s.llMaxBytes = view.llMaxBytes;
   s.oneShotMaxBytes = view.oneShotMaxBytes;
-  s.cmaMinBytes = view.cmaMinBytes;
+  s.cma = view.cma;
   s.oversubscribed = view.oversubscribed;
   if (view.topology) {
     const topology::Topology& t = *view.topology;

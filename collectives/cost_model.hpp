@@ -83,8 +83,8 @@ struct PlanShape {
   size_t windowBytes = 256 << 10;
   size_t llMaxBytes = 64;
   size_t oneShotMaxBytes = 16 << 10;
-  size_t cmaMinBytes = SIZE_MAX;  // CommView::cmaMinBytes
-  bool oversubscribed = false;    // CommView::oversubscribed
+  CmaBand cma;                  // CommView::cma
+  bool oversubscribed = false;  // CommView::oversubscribed
 };
 
 PlanShape planShapeOf(const CommView& view);

@@ -43,7 +43,7 @@ void directRounds(ScheduleBuilder& b, const CollArgs& a, size_t rounds, bool pub
 // reads() copies what this rank needs straight out of the peers' buffers (ScheduleBuilder::
 // cmaRead); a last post and wait keep every rank in the call until its peers have finished
 // reading its buffer. Every rank takes this form or none: the block size and the node's
-// CMA verdict (CommView::cmaMinFor) are the same everywhere, and nothing a single rank
+// CMA verdict (CommView::readsByCma) are the same everywhere, and nothing a single rank
 // chooses (such as working in place) may change the form.
 // `source` is what peers read (the send buffer, or a staged copy of it).
 template <typename Reads>

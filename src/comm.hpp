@@ -131,6 +131,7 @@ class Communicator {
   Status attachSegment(const trncclUniqueId& id, const Settings& settings,
                        const Deadline& deadline);
   Status setupCma(const Deadline& deadline);
+  std::string cmaBandNote() const;  // the node's CMA band and why, for the log
   Status setupFlightRecorder(const trncclUniqueId& id);
   Status localPeersAlive(const char* when) const;  // during init's waits for local ranks
   Status chooseTransports(const topology::TransportSet& allowed);  // comm_topology.cpp

@@ -24,6 +24,7 @@ struct Communicator::Settings {
   size_t windowBytes = 0, ringSlots = 0, ringSlotBytes = 0, oneShotMaxBytes = 0, llMaxBytes = 0;
   size_t streamCopyBytes = 0;
   size_t cmaMinBytes = 0;  // 0: TRNCCL_CMA=0
+  size_t cmaMaxBytes = 0;  // 0: decided at init (shm::cmaMaxBytes)
   int pipelineChunks = 0;
   std::string algoText, transportText;
   uint64_t algoHash = 0;  // of algoText: compared between ranks, bound in the node segment
@@ -84,6 +85,7 @@ Status Communicator::readSettings(const CommOptions& options, Settings* s) {
                            Bounded{env::kLLMaxBytes, 0, shm::kLLMaxBytes, &s->llMaxBytes},
                            Bounded{env::kStreamCopyBytes, 0, INT64_MAX, &s->streamCopyBytes},
                            Bounded{env::kCmaMinBytes, 1, INT64_MAX, &s->cmaMinBytes},
+                           Bounded{env::kCmaMaxBytes, 0, INT64_MAX, &s->cmaMaxBytes},
                            Bounded{env::kPipelineChunks, 0, 64, &chunks}}) {
     auto value = bytesSetting(b.var, b.minimum, b.maximum);
     TRNCCL_RETURN_IF_ERROR(value.status());
@@ -347,6 +349,13 @@ Status Communicator::attachSegment(const trncclUniqueId& id, const Settings& s,
   params.llMaxBytes = s.llMaxBytes;
   params.algorithmHash = s.algoHash;
   params.cmaMinBytes = s.cmaMinBytes;
+  // Only the segment's creator (local rank 0) times the kernel's copy: its values bind.
+  if (s.cmaMinBytes && localRanks.size() > 1 && topology_.localRank(rank_) == 0) {
+    const double slowdown = s.cmaMaxBytes ? 0 : shm::kernelCopySlowdown();
+    params.kernelCopyPermille = static_cast<uint64_t>(slowdown * 1000);
+    params.cmaMaxBytes =
+        shm::cmaMaxBytes(s.cmaMaxBytes, slowdown, s.streamCopyBytes, oversubscribed());
+  }
   bootstrap::UniqueIdData idData = bootstrap::parseUniqueId(id).value();
   std::string segmentName =
       strformat("trnccl-%016llx-%016llx", static_cast<unsigned long long>(idData.nonce),
@@ -409,14 +418,31 @@ Status Communicator::setupCma(const Deadline& deadline) {
   const uint32_t failed = header->cmaFailed.load();
   cmaReadable_ = failed == 0;
   if (cmaReadable_)
-    cmaNote_ = strformat("on for blocks of %llu B and more",
-                         static_cast<unsigned long long>(segment_.params().cmaMinBytes)) +
-               (cmaNote_.empty() ? "" : " (" + cmaNote_ + ")");
+    cmaNote_ = cmaBandNote() + (cmaNote_.empty() ? "" : " (" + cmaNote_ + ")");
   else if (!failure.empty())
     cmaNote_ = "off: " + failure + (cmaNote_.empty() ? "" : "; " + cmaNote_);
   else if (failed)
     cmaNote_ = strformat("off: %u local rank(s) could not read their peers", failed);
   return Status::ok();
+}
+
+// What the node's CMA band is and why, for the INFO line at init.
+std::string Communicator::cmaBandNote() const {
+  const shm::SegmentParams& p = segment_.params();
+  const auto minBytes = static_cast<unsigned long long>(p.cmaMinBytes);
+  const auto maxBytes = static_cast<unsigned long long>(p.cmaMaxBytes);
+  const std::string timed = strformat("the kernel's copy took %.1fx memcpy's time at init",
+                                      static_cast<double>(p.kernelCopyPermille) / 1000);
+  if (p.cmaMaxBytes <= p.cmaMinBytes)
+    return "allowed, but collectives read no block with it (" +
+           (p.kernelCopyPermille ? timed + " and ranks outnumber cores"
+                                 : "TRNCCL_CMA_MAX_BYTES=" + std::to_string(maxBytes)) +
+           ")";
+  if (p.cmaMaxBytes == UINT64_MAX)
+    return strformat("on for blocks of %llu B and more", minBytes) +
+           (p.kernelCopyPermille ? " (" + timed + ")" : "");
+  return strformat("on for blocks of %llu B up to %llu B (", minBytes, maxBytes) +
+         (p.kernelCopyPermille ? timed + "; " : "") + "TRNCCL_CMA_MAX_BYTES)";
 }
 
 void Communicator::buildPlanner(const Settings& s) {
@@ -434,7 +460,10 @@ void Communicator::buildPlanner(const Settings& s) {
   view.windowBytes = segment_.params().windowBytes;  // the creator's values bind everyone
   view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;
   view.llMaxBytes = segment_.params().llMaxBytes;
-  if (cmaReadable_) view.cmaMinBytes = segment_.params().cmaMinBytes;
+  if (cmaReadable_) {
+    view.cma.minBytes = segment_.params().cmaMinBytes;
+    view.cma.maxBytes = segment_.params().cmaMaxBytes;
+  }
   view.oversubscribed = oversubscribed();
   planner_ = std::make_unique<Planner>(view, s.algo, s.costs);
 }

@@ -1,9 +1,10 @@
 // CMA (single copy) on real rank processes: where the kernel lets ranks read each other (this
 // machine) the direct all-to-all reads each peer's block out of its buffer (the traffic
-// counters count CMA reads as received messages, and do not count window reads), and
-// TRNCCL_CMA=0 on the node's local rank 0 turns it off for every rank of the node. The
-// results of every single-copy schedule are checked against the serial reference by
-// collectives_test's "cma" configuration.
+// counters count CMA reads as received messages, and do not count window reads),
+// TRNCCL_CMA=0 on the node's local rank 0 turns it off for every rank of the node, and blocks
+// of TRNCCL_CMA_MAX_BYTES and more go through the windows. The results of every single-copy
+// schedule are checked against the serial reference by collectives_test's "cma"
+// configuration.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,14 +12,18 @@
 #include <vector>
 
 #include "support/sweep.hpp"
+#include "transports/shm/cma.hpp"
 
 namespace trnccl::testing {
 namespace {
 
 // A 3-rank direct all-to-all of 1 MiB blocks (all-to-all keeps the 64 KiB threshold when
 // ranks outnumber cores, as 3 do on a 2-core machine); every rank checks the data and what it
-// read from each peer by CMA.
-void allToAllReads(const char* rank0Cma, const char* othersCma, bool expectCma) {
+// read from each peer by CMA. The largest block is set (rank0MaxBytes on local rank 0, which
+// binds the node; 1G unless given), since init's timing of the kernel's copy may leave every
+// block to the windows on a machine whose kernel copies slowly.
+void allToAllReads(const char* rank0Cma, const char* othersCma, bool expectCma,
+                   const char* rank0MaxBytes = "1G") {
   constexpr size_t kCount = 1 << 18;  // floats: 1 MiB per block, above TRNCCL_CMA_MIN_BYTES
   auto outcomes = withComm(
       3,
@@ -26,6 +31,7 @@ void allToAllReads(const char* rank0Cma, const char* othersCma, bool expectCma) 
         setenv("TRNCCL_ALGO", "direct", 1);
         const char* cma = rank == 0 ? rank0Cma : othersCma;
         if (cma) setenv("TRNCCL_CMA", cma, 1);
+        setenv("TRNCCL_CMA_MAX_BYTES", rank == 0 ? rank0MaxBytes : "1G", 1);
       },
       [&](Failures& f, trncclComm_t comm, int rank, int n) {
         // Element i of the block rank r sends to rank q: r * 1000003 + q * 1009 + i.
@@ -99,6 +105,33 @@ TEST(Cma, OffOnLocalRankZeroTurnsItOffForTheNode) {
 
 TEST(Cma, OnLocalRankZeroBindsTheOthers) {
   allToAllReads("1", "0", true);
+}
+
+// 1 MiB blocks: at the largest block they go through the windows, just above it by CMA.
+TEST(Cma, BlocksFromTheMaxBytesOnTakeTheWindows) {
+  allToAllReads(nullptr, nullptr, false, "1M");
+}
+TEST(Cma, BlocksBelowTheMaxBytesAreRead) {
+  allToAllReads(nullptr, nullptr, true, "2M");
+}
+
+// Init's rule for the largest block (shm::cmaMaxBytes).
+TEST(Cma, MaxBytesFollowsTheKernelsCopySpeed) {
+  constexpr uint64_t kStream = 8 << 20, kNone = UINT64_MAX;
+  EXPECT_EQ(shm::cmaMaxBytes(3 << 20, 5.0, kStream, true), 3u << 20) << "set by hand: kept";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 0.0, kStream, false), kNone) << "not timed: no limit";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 1.5, kStream, true), kNone) << "a fast kernel copy: no limit";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, kStream, false), kStream) << "slow: streamed blocks";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, 0, false), kNone) << "slow, but the windows never stream";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, kStream, true), 0u) << "slow and oversubscribed: none";
+}
+
+// The timing itself works here (it reads this process's own memory, which is always allowed)
+// and lands in a plausible range: the kernel's copy is neither free nor absurdly slow.
+TEST(Cma, KernelCopySlowdownIsTimed) {
+  const double slowdown = shm::kernelCopySlowdown();
+  EXPECT_GT(slowdown, 0.2);
+  EXPECT_LT(slowdown, 100.0);
 }
 
 }  // namespace

@@ -54,9 +54,11 @@ void configureRank(const std::string& config, int rank) {
   setenv("FI_NET_IFACE", "lo", 1);
   if (config == "cma") {
     // Direct schedules reading every block above the small-message lines out of the peers'
-    // buffers (CMA), however small.
+    // buffers (CMA), however small or large (init's timing of the kernel's copy could
+    // otherwise leave large blocks, or with more ranks than cores all, to the windows).
     setenv("TRNCCL_ALGO", "direct", 1);
     setenv("TRNCCL_CMA_MIN_BYTES", "1", 1);
+    setenv("TRNCCL_CMA_MAX_BYTES", "1G", 1);
   } else if (config == "direct" || config == "ring") {
     setenv("TRNCCL_ALGO", config.c_str(), 1);
     // "direct" keeps the staging windows at every size ("cma" covers the single copy).

@@ -105,7 +105,8 @@ TEST(Copy, CachedCopiesAtShortPageDistancesMatchByteForByte) {
   std::vector<unsigned char> src(kMax), expected(kMax + 2 * kPage);
   for (auto& b : src) b = static_cast<unsigned char>(gen());
   // The destination's page offset is chosen so that (dst - src) mod 4096 is `distance`.
-  auto* arena = static_cast<unsigned char*>(std::aligned_alloc(kPage, 2 * kMax + 4 * kPage));
+  constexpr size_t kArena = (2 * kMax + 4 * kPage + kPage - 1) / kPage * kPage;
+  auto* arena = static_cast<unsigned char*>(std::aligned_alloc(kPage, kArena));
   ASSERT_NE(arena, nullptr);
   unsigned char* from = arena;
   for (size_t bytes : {2047ul, 2048ul, 2049ul, 2048ul + 127, 4096ul + 33, 65536ul, kMax - 5})

@@ -1,6 +1,6 @@
 // All-gather over shared windows: each round stages a window of this rank's input, then every
 // rank copies every staged window into its output (its own too, unless in place). Blocks of
-// CommView::cmaMinBytes and more are read straight out of the peers' inputs instead (CMA). Blocks
+// CommView::cma's band are read straight out of the peers' inputs instead (CMA). Blocks
 // up to TRNCCL_LL_MAX_BYTES go through the small-message lines instead (one line transfer per 56
 // bytes per peer, no counter synchronisation).
 #include "collectives/direct_rounds.hpp"
@@ -20,7 +20,7 @@ Status allGatherDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   }
   // In place, this rank's block already sits where the output wants it.
   const bool inPlace = a.sendbuff == byteAt(a.recvbuff, c.rank * a.count * esize);
-  if (bytes >= c.cmaMinFor(CollKind::kAllGather)) {
+  if (c.readsByCma(CollKind::kAllGather, bytes)) {
     cmaExchange(b, a, a.sendbuff, [&] {
       for (int q = 0; q < c.nranks; ++q)
         if (q != c.rank) b.cmaRead(byteAt(a.recvbuff, q * bytes), q, 0, bytes);

@@ -66,7 +66,7 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   // Single copy (CMA). A rank working in place first stages its input in scratch, which its
   // peers read: otherwise it would overwrite blocks they are still reading. (Every rank takes
   // this form or none, whoever works in place: the schedules' posts must match.)
-  if (a.kind == CollKind::kAllToAll && block >= c.cmaMinFor(CollKind::kAllToAll)) {
+  if (a.kind == CollKind::kAllToAll && c.readsByCma(CollKind::kAllToAll, block)) {
     const bool inPlace = a.sendbuff == a.recvbuff;
     const void* source = a.sendbuff;
     if (inPlace) {

@@ -10,7 +10,7 @@ Status broadcastDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   auto roundLen = [&](size_t k) { return std::min(perRound, bytes - k * perRound); };
   const bool isRoot = c.rank == a.root;
   // Single copy: every other rank reads the root's buffer (CMA).
-  if (bytes >= c.cmaMinFor(CollKind::kBroadcast)) {
+  if (c.readsByCma(CollKind::kBroadcast, bytes)) {
     cmaExchange(b, a, a.sendbuff, [&] {
       if (isRoot)
         b.copy(a.recvbuff, a.sendbuff, bytes);

@@ -44,6 +44,7 @@ extern const Var kLLMaxBytes;
 extern const Var kStreamCopyBytes;
 extern const Var kCma;
 extern const Var kCmaMinBytes;
+extern const Var kCmaMaxBytes;
 extern const Var kMoeDirect;
 extern const Var kShmDir;
 extern const Var kFiProvider;

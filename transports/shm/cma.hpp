@@ -25,6 +25,16 @@ std::string allowCmaReaders();
 // Reads the peer's probe word: "" when CMA works towards it, else why not (errno's text).
 std::string probeCma(pid_t pid, uint64_t probeAddress);
 
+// How many times longer the kernel's copy (process_vm_readv of 1 MiB from this process
+// itself) takes than memcpy of the same bytes, best of three each; 0 when it cannot tell.
+// About a millisecond.
+double kernelCopySlowdown();
+
+// The largest block (exclusive) that CMA reads on this node: explicitMaxBytes when the user set
+// TRNCCL_CMA_MAX_BYTES, else from kernelSlowdown (0: not timed) -- see cma.cpp for the rule.
+uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, uint64_t streamCopyBytes,
+                     bool oversubscribed);
+
 // Copies bytes from remoteAddress in process pid into dst, however many calls it takes.
 // peerRank names the peer in the error.
 Status cmaRead(pid_t pid, int peerRank, void* dst, uint64_t remoteAddress, size_t bytes);

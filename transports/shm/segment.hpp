@@ -46,9 +46,13 @@ struct SegmentParams {
   uint64_t oneShotMaxBytes = 16 << 10;
   uint64_t llMaxBytes = 64;
   uint64_t algorithmHash = 0;
-  // Blocks of at least this many bytes are read from peers' buffers with CMA, when every
-  // local rank can (0 = never; TRNCCL_CMA, TRNCCL_CMA_MIN_BYTES).
+  // Blocks of at least cmaMinBytes and fewer than cmaMaxBytes are read from peers' buffers
+  // with CMA, when every local rank can (cmaMinBytes 0 = never; TRNCCL_CMA,
+  // TRNCCL_CMA_MIN_BYTES, TRNCCL_CMA_MAX_BYTES). kernelCopyPermille: how many times longer the
+  // kernel's copy took than memcpy when the creator timed it (x1000; 0 = not timed).
   uint64_t cmaMinBytes = 0;
+  uint64_t cmaMaxBytes = UINT64_MAX;
+  uint64_t kernelCopyPermille = 0;
 };
 
 struct alignas(64) SegmentHeader {
