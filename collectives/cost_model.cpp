@@ -113,12 +113,25 @@ double foldUs(const CostParams& c, const PlanShape& s, double bytes) {
   return 2 * (message(c, pairLink(s, 1), bytes) + c.stepUs) + reduceUs(c, bytes);
 }
 
+// With more ranks than cores, a synchronisation that waits for every rank costs the turns it
+// takes each of them to get a core. Every schedule of all-gather, reduce-scatter, all-reduce
+// and all-to-all waits for every rank one way or another, so that cost does not change their
+// order; a rooted schedule along a chain or tree does not: its root (broadcast) or its leaves
+// (reduce) hand their data on and return, and back-to-back calls overlap. So the direct
+// broadcast and reduce, whose every rank waits for all the others twice per window, pay it.
+// Measured, 4 ranks on 2 cores, 1 KiB, 2 runs (us per call, direct against binomial / chain /
+// ring): broadcast 12-18 against 1.6-3.0, reduce 8-11 against 2.1-4.0; from 256 KiB level.
+constexpr double kOversubscribedSyncUs = 5.0;
+bool rooted(CollKind kind) {
+  return kind == CollKind::kBroadcast || kind == CollKind::kReduce;
+}
+
 double direct(CollKind kind, double bytes, const PlanShape& s, const CostParams& c) {
   // With a device graph, direct's window reads would go between chips that no link joins
   // (they bypass the transports): the planner leaves it to TRNCCL_ALGO there.
   if (!s.allLocal || s.intra == LinkClass::kNeuronLink) return kNever;
   const int n = s.nranks;
-  const double sync = c.syncUs;
+  const double sync = c.syncUs + (s.oversubscribed && rooted(kind) ? kOversubscribedSyncUs : 0);
   const double perRank = kind == CollKind::kAllGather ? bytes / n : bytes;
   const double rounds = std::max(1.0, std::ceil(perRank / static_cast<double>(s.windowBytes)));
   // The single-copy forms (CMA, collectives/direct_rounds.hpp): two synchronisations, and each

@@ -154,5 +154,30 @@ TEST(Planner, ChoiceIsTheCheapestCandidateAtEverySize) {
   }
 }
 
+// With more ranks than cores the direct broadcast and reduce (every rank waits for all the
+// others) lose to a tree at small sizes, which the model says; the same shape with a core per
+// rank keeps direct, and the symmetric collectives keep direct either way.
+TEST(Planner, OversubscribedRootedCollectivesLeaveDirectAtSmallSizes) {
+  for (bool oversubscribed : {false, true}) {
+    CommView view;
+    view.nranks = 4;
+    view.allLocal = true;
+    view.windowBytes = 256 << 10;
+    view.llMaxBytes = 64;
+    view.oneShotMaxBytes = 16 << 10;
+    view.oversubscribed = oversubscribed;
+    const Planner planner(view, parseAlgoOverrides("").value());
+    for (CollKind kind : {CollKind::kBroadcast, CollKind::kReduce}) {
+      const Algorithm small = planner.choose(kind, 1024).value();
+      EXPECT_EQ(small == Algorithm::kDirect, !oversubscribed)
+          << collName(kind) << " 1 KiB, oversubscribed " << oversubscribed << ": "
+          << algorithmName(small);
+      EXPECT_EQ(planner.choose(kind, 1 << 20).value(), Algorithm::kDirect) << collName(kind);
+    }
+    for (CollKind kind : {CollKind::kAllReduce, CollKind::kAllGather, CollKind::kReduceScatter})
+      EXPECT_EQ(planner.choose(kind, 1024).value(), Algorithm::kDirect) << collName(kind);
+  }
+}
+
 }  // namespace
 }  // namespace trnccl
