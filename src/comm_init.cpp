@@ -433,15 +433,18 @@ std::string Communicator::cmaBandNote() const {
   const auto maxBytes = static_cast<unsigned long long>(p.cmaMaxBytes);
   const std::string timed = strformat("the kernel's copy took %.1fx memcpy's time at init",
                                       static_cast<double>(p.kernelCopyPermille) / 1000);
-  if (p.cmaMaxBytes <= p.cmaMinBytes)
-    return "allowed, but collectives read no block with it (" +
-           (p.kernelCopyPermille ? timed + " and ranks outnumber cores"
-                                 : "TRNCCL_CMA_MAX_BYTES=" + std::to_string(maxBytes)) +
-           ")";
+  if (p.cmaMaxBytes <= p.cmaMinBytes) {
+    std::string why = "TRNCCL_CMA_MAX_BYTES=" + std::to_string(maxBytes);
+    if (p.kernelCopyPermille && p.cmaMaxBytes == 0)
+      why = timed + " and ranks outnumber cores";
+    else if (p.kernelCopyPermille)
+      why = timed + strformat("; blocks from %llu B take the windows", maxBytes);
+    return "allowed, but collectives read no block with it (" + why + ")";
+  }
   if (p.cmaMaxBytes == UINT64_MAX)
     return strformat("on for blocks of %llu B and more", minBytes) +
            (p.kernelCopyPermille ? " (" + timed + ")" : "");
-  return strformat("on for blocks of %llu B up to %llu B (", minBytes, maxBytes) +
+  return strformat("on for blocks of %llu B and more, below %llu B (", minBytes, maxBytes) +
          (p.kernelCopyPermille ? timed + "; " : "") + "TRNCCL_CMA_MAX_BYTES)";
 }
 
