@@ -125,14 +125,20 @@ TEST(CostModel, TimesGrowWithSizeAndShapesThatDoNotFitAreNever) {
   EXPECT_TRUE(std::isinf(modeledUs(Algorithm::kBruck, CollKind::kAllReduce, 8, shape, costs)));
 }
 
+// A communicator's view with the shm protocol's default limits.
+CommView viewOf(int nranks, bool allLocal) {
+  CommView view;
+  view.nranks = nranks;
+  view.allLocal = allLocal;
+  view.windowBytes = 256 << 10;
+  view.llMaxBytes = 64;
+  view.oneShotMaxBytes = 16 << 10;
+  return view;
+}
+
 TEST(Planner, ChoiceIsTheCheapestCandidateAtEverySize) {
   for (bool allLocal : {true, false}) {
-    CommView view;
-    view.nranks = 6;
-    view.allLocal = allLocal;
-    view.windowBytes = 256 << 10;
-    view.llMaxBytes = 64;
-    view.oneShotMaxBytes = 16 << 10;
+    const CommView view = viewOf(6, allLocal);
     const Planner planner(view, parseAlgoOverrides("").value());
     for (int k = 0; k < static_cast<int>(CollKind::kSendRecv); ++k) {
       const auto kind = static_cast<CollKind>(k);
@@ -159,12 +165,7 @@ TEST(Planner, ChoiceIsTheCheapestCandidateAtEverySize) {
 // rank keeps direct, and the symmetric collectives keep direct either way.
 TEST(Planner, OversubscribedRootedCollectivesLeaveDirectAtSmallSizes) {
   for (bool oversubscribed : {false, true}) {
-    CommView view;
-    view.nranks = 4;
-    view.allLocal = true;
-    view.windowBytes = 256 << 10;
-    view.llMaxBytes = 64;
-    view.oneShotMaxBytes = 16 << 10;
+    CommView view = viewOf(4, true);
     view.oversubscribed = oversubscribed;
     const Planner planner(view, parseAlgoOverrides("").value());
     for (CollKind kind : {CollKind::kBroadcast, CollKind::kReduce}) {

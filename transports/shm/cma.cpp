@@ -29,7 +29,9 @@ std::string allowCmaReaders() {
   return "Yama ptrace_scope=" + std::to_string(value) + " forbids it";
 }
 
-double kernelCopySlowdown() {
+namespace {
+
+double timeKernelCopy() {
   constexpr size_t kBytes = 1 << 20;
   void* mapped = mmap(nullptr, 2 * kBytes, PROT_READ | PROT_WRITE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -52,6 +54,14 @@ double kernelCopySlowdown() {
   munmap(mapped, 2 * kBytes);
   if (failed || userNs <= 0) return 0;
   return static_cast<double>(kernelNs) / static_cast<double>(userNs);
+}
+
+}  // namespace
+
+// A property of the machine: timed once per process, not at every communicator's init.
+double kernelCopySlowdown() {
+  static const double slowdown = timeKernelCopy();
+  return slowdown;
 }
 
 // The windows copy each byte twice in user space (into a window, out of it), CMA once in the

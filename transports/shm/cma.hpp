@@ -27,7 +27,7 @@ std::string probeCma(pid_t pid, uint64_t probeAddress);
 
 // How many times longer the kernel's copy (process_vm_readv of 1 MiB from this process
 // itself) takes than memcpy of the same bytes, best of three each; 0 when it cannot tell.
-// About a millisecond.
+// About a millisecond, the first time a process asks; later calls return that answer.
 double kernelCopySlowdown();
 
 // The largest block (exclusive) that CMA reads on this node: explicitMaxBytes when the user set
