@@ -462,6 +462,50 @@ TEST(SmallMessages, EveryLineCountOfTheSmallMessageProtocol) {
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
+TEST(SmallMessages, AllToAllThroughTheLinesAtEveryBlockSize) {
+  // An all-to-all whose peers' blocks fit the lines sends them there, each block on lines of
+  // its own (shm::llAllToAllFirstLine). Every block size up to the protocol's 16 lines, for 2,
+  // 3 and 5 ranks, in and out of place, against the serial answer: block q of rank r's output
+  // is block r of rank q's input. Blocks that no longer fit take the windows (covered too).
+  for (int n : {2, 3, 5}) {
+    auto outcomes = runRanks(n, [](int rank, int nranks, const trncclUniqueId& id) {
+      setenv("TRNCCL_LL_MAX_BYTES", "896", 1);
+      setenv("TRNCCL_ALGO", "alltoall:direct", 1);  // the lines are the direct schedule's
+      trncclComm_t comm;
+      std::string error = initComm(&comm, nranks, id, rank);
+      if (!error.empty()) return error;
+      Failures f;
+      auto valueOf = [](int from, int to, size_t i) {
+        return static_cast<uint8_t>(from * 41 + to * 7 + i * 13 + 1);
+      };
+      for (size_t block = 1; block <= 896 / static_cast<size_t>(nranks - 1) + 64; block += 9)
+        for (bool inPlace : {false, true}) {
+          std::vector<uint8_t> in(block * nranks), out(block * nranks, 0xEE);
+          for (int to = 0; to < nranks; ++to)
+            for (size_t i = 0; i < block; ++i) in[to * block + i] = valueOf(rank, to, i);
+          uint8_t* recv = inPlace ? in.data() : out.data();
+          if (trncclAllToAll(in.data(), recv, block, trncclUint8, comm) != trncclSuccess) {
+            f.add("all-to-all of %zu B per rank failed: %s", block, trncclGetLastError(comm));
+            return f.text();
+          }
+          for (int from = 0; from < nranks; ++from)
+            for (size_t i = 0; i < block; ++i)
+              if (recv[from * block + i] != valueOf(from, rank, i)) {
+                f.add("%zu B per rank, %s: byte %zu of rank %d's block is %u, want %u", block,
+                      inPlace ? "in place" : "out of place", i, from,
+                      static_cast<unsigned>(recv[from * block + i]),
+                      static_cast<unsigned>(valueOf(from, rank, i)));
+                from = nranks;
+                break;
+              }
+        }
+      trncclCommDestroy(comm);
+      return f.text();
+    });
+    EXPECT_ALL_RANKS_OK(outcomes);
+  }
+}
+
 TEST(LargeMessages, AllReduce64MiB) {
   for (const char* algo : {"direct", "ring"}) {
     std::string algorithm = algo;

@@ -1,8 +1,9 @@
-// All-to-all(v) over shared windows. A window slot is split into one sub-block per destination;
-// each round stages the next sub-block of every outgoing block, and every rank copies its
-// sub-block out of every peer's window. All-to-all-v first publishes each rank's send sizes,
-// so that receivers check them against their receive counts and all ranks agree on the number
-// of rounds (the largest block anywhere decides it).
+// All-to-all(v) over shared windows. Tiny all-to-all blocks go through the small-message lines
+// instead (one line-aligned block per peer). A window slot is split into one sub-block per
+// destination; each round stages the next sub-block of every outgoing block, and every rank copies
+// its sub-block out of every peer's window. All-to-all-v first publishes each rank's send sizes, so
+// that receivers check them against their receive counts and all ranks agree on the number of
+// rounds (the largest block anywhere decides it).
 #include <memory>
 
 #include "collectives/direct_rounds.hpp"
@@ -14,21 +15,24 @@ struct Blocks {
   std::vector<size_t> sendBytes, sendOffset, recvBytes, recvOffset;
 };
 
-Blocks blocksOf(const CollArgs& a, int n) {
+// Refills `blocks` (vectors keep their capacity, so a reused Blocks does not allocate).
+void fillBlocks(const CollArgs& a, int n, Blocks* blocks) {
   const size_t esize = elementSize(a);
-  Blocks blocks;
+  for (auto* column :
+       {&blocks->sendBytes, &blocks->sendOffset, &blocks->recvBytes, &blocks->recvOffset})
+    column->resize(n);
+  const bool v = a.kind == CollKind::kAllToAllv;
   for (int q = 0; q < n; ++q) {
-    bool v = a.kind == CollKind::kAllToAllv;
-    blocks.sendBytes.push_back((v ? a.sendcounts[q] : a.count) * esize);
-    blocks.sendOffset.push_back((v ? a.sdispls[q] : q * a.count) * esize);
-    blocks.recvBytes.push_back((v ? a.recvcounts[q] : a.count) * esize);
-    blocks.recvOffset.push_back((v ? a.rdispls[q] : q * a.count) * esize);
+    blocks->sendBytes[q] = (v ? a.sendcounts[q] : a.count) * esize;
+    blocks->sendOffset[q] = (v ? a.sdispls[q] : q * a.count) * esize;
+    blocks->recvBytes[q] = (v ? a.recvcounts[q] : a.count) * esize;
+    blocks->recvOffset[q] = (v ? a.rdispls[q] : q * a.count) * esize;
   }
-  return blocks;
 }
 
-void exchangeRounds(ScheduleBuilder& b, const CollArgs& a, const CommView& c,
-                    std::shared_ptr<Blocks> blocks, size_t rounds, bool publish) {
+// `blocks` is read only while the rounds are built.
+void exchangeRounds(ScheduleBuilder& b, const CollArgs& a, const CommView& c, const Blocks* blocks,
+                    size_t rounds, bool publish) {
   const size_t sub = subBlockBytes(c);
   const int n = c.nranks;
   auto part = [sub](size_t total, size_t k) {
@@ -57,15 +61,35 @@ void exchangeRounds(ScheduleBuilder& b, const CollArgs& a, const CommView& c,
       });
 }
 
+// The bytes a rank sends to its peers count against TRNCCL_LL_MAX_BYTES, as a reduce-scatter's
+// input does; the lines must also hold one line-aligned block per peer.
+bool fitsSmallMessageLines(const CommView& c, size_t block) {
+  return block > 0 && c.nranks > 1 && c.nranks <= shm::kLLMaxRanks &&
+         (c.nranks - 1) * block <= c.llMaxBytes &&
+         shm::llAllToAllLines(c.nranks, block) <= static_cast<size_t>(shm::kLLLines);
+}
+
 }  // namespace
 
 Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
-  auto blocks = std::make_shared<Blocks>(blocksOf(a, c.nranks));
+  if (a.kind == CollKind::kAllToAll && fitsSmallMessageLines(c, a.count * elementSize(a))) {
+    const size_t block = a.count * elementSize(a);
+    // Tiny blocks: one block per peer in this rank's small-message lines, data and flag
+    // together (segment.hpp, LLLine): no window staging and no counter synchronisation.
+    b.publishDescriptor(describe(a));
+    auto ll = b.nextLLSlot();
+    for (int q = 0; q < c.nranks; ++q)
+      if (q != c.rank)
+        b.llWrite(ll, byteAt(a.sendbuff, q * block), block,
+                  shm::llAllToAllFirstLine(c.rank, q, block));
+    b.llAllToAll(ll, byteAt(a.sendbuff, c.rank * block), a.recvbuff, block);
+    return Status::ok();
+  }
   const size_t sub = subBlockBytes(c);
-  const size_t block = blocks->sendBytes[0];
   // Single copy (CMA). A rank working in place first stages its input in scratch, which its
   // peers read: otherwise it would overwrite blocks they are still reading. (Every rank takes
   // this form or none, whoever works in place: the schedules' posts must match.)
+  const size_t block = a.count * elementSize(a);
   if (a.kind == CollKind::kAllToAll && c.readsByCma(CollKind::kAllToAll, block)) {
     const bool inPlace = a.sendbuff == a.recvbuff;
     const void* source = a.sendbuff;
@@ -83,9 +107,15 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
     return Status::ok();
   }
   if (a.kind == CollKind::kAllToAll) {
-    exchangeRounds(b, a, c, blocks, ceilDiv(blocks->sendBytes[0], sub), true);
+    // Uniform blocks, used only while this call's schedule is built: a per-thread Blocks
+    // saves the allocations, which cost as much as a small call's whole data path.
+    thread_local Blocks uniform;
+    fillBlocks(a, c.nranks, &uniform);
+    exchangeRounds(b, a, c, &uniform, ceilDiv(block, sub), true);
     return Status::ok();
   }
+  auto blocks = std::make_shared<Blocks>();
+  fillBlocks(a, c.nranks, blocks.get());
   // All-to-all-v: publish sizes, synchronise, then plan the rounds from what peers said.
   size_t maxSend = 0;
   for (size_t bytes : blocks->sendBytes) maxSend = std::max(maxSend, bytes);
@@ -116,7 +146,7 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
                          static_cast<unsigned long long>(theySend / esize));
       }
     }
-    exchangeRounds(later, args, c, blocks, ceilDiv(globalMax, sub), false);
+    exchangeRounds(later, args, c, blocks.get(), ceilDiv(globalMax, sub), false);
     return Status::ok();
   });
   return Status::ok();

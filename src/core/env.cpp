@@ -87,8 +87,8 @@ const Var kOneShotMaxBytes{"TRNCCL_ONESHOT_MAX_BYTES", Kind::kBytes, "16K",
                            "algorithm (every rank reduces every input) instead of two-shot."};
 const Var kLLMaxBytes{
     "TRNCCL_LL_MAX_BYTES", Kind::kBytes, "64",
-    "All-reduce messages, all-gather blocks per rank and reduce-scatter inputs up to this "
-    "size use small-message lines (data and flag in one cache line, 56 bytes each; at most "
+    "All-reduce messages, all-gather blocks per rank, reduce-scatter inputs and the bytes an "
+    "all-to-all sends its peers up to this size use small-message lines (data and flag in one cache line, 56 bytes each; at most "
     "896). Past two lines the windows were faster on the development machine. 0 disables."};
 const Var kStreamCopyBytes{
     "TRNCCL_STREAM_COPY_BYTES", Kind::kBytes, "8M",

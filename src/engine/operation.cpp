@@ -180,7 +180,7 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
     }
     case StepKind::kCheckDescriptors: TRNCCL_RETURN_IF_ERROR(checkDescriptors(ctx)); return true;
     case StepKind::kLLWrite: {
-      shm::LLLine* lines = ctx.segment->rankArea(ctx.localRank)->ll[step.first];
+      shm::LLLine* lines = ctx.segment->rankArea(ctx.localRank)->ll[step.first] + step.n;
       size_t nlines = shm::llLinesFor(step.bytes);
       for (size_t l = 0; l < nlines; ++l) {
         size_t offset = l * shm::kLLPayloadBytes;
@@ -229,6 +229,28 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
           continue;
         }
         const shm::LLLine* lines = ctx.segment->rankArea(q)->ll[step.first];
+        for (size_t offset = 0; offset < step.bytes; offset += shm::kLLPayloadBytes)
+          std::memcpy(out + offset, lines[offset / shm::kLLPayloadBytes].payload,
+                      std::min(shm::kLLPayloadBytes, step.bytes - offset));
+      }
+      return true;
+    }
+    case StepKind::kLLAllToAll: {
+      const int localSize = static_cast<int>(ctx.globalOfLocal.size());
+      const size_t nlines = shm::llLinesFor(step.bytes);
+      for (int q = 0; q < localSize; ++q)
+        if (q != ctx.localRank &&
+            !llLinesReady(ctx, step, q, shm::llAllToAllFirstLine(q, ctx.localRank, step.bytes),
+                          nlines))
+          return false;
+      for (int q = 0; q < localSize; ++q) {
+        char* out = static_cast<char*>(step.dst) + q * step.bytes;
+        if (q == ctx.localRank) {
+          if (out != step.src) std::memcpy(out, step.src, step.bytes);
+          continue;
+        }
+        const shm::LLLine* lines = ctx.segment->rankArea(q)->ll[step.first] +
+                                   shm::llAllToAllFirstLine(q, ctx.localRank, step.bytes);
         for (size_t offset = 0; offset < step.bytes; offset += shm::kLLPayloadBytes)
           std::memcpy(out + offset, lines[offset / shm::kLLPayloadBytes].payload,
                       std::min(shm::kLLPayloadBytes, step.bytes - offset));
@@ -305,16 +327,21 @@ void Operation::PeerMemoryOf::countRead(int q, size_t bytes) const {
 
 Result<bool> Operation::llReady(const ExecContext& ctx, const Step& step, size_t lines) {
   const int localSize = static_cast<int>(ctx.globalOfLocal.size());
-  for (int q = 0; q < localSize; ++q) {
-    const shm::LLLine* peerLines = ctx.segment->rankArea(q)->ll[step.first];
-    for (size_t l = 0; l < lines; ++l) {
-      uint64_t seen = peerLines[l].tag.load(std::memory_order_acquire);
-      if (seen != step.value) {
-        spinHint_ = {&peerLines[l].tag, seen};
-        blockedOnPeer_ = ctx.globalOfLocal[q];
-        blockedOn_ = "waiting for a small-message line of";
-        return false;
-      }
+  for (int q = 0; q < localSize; ++q)
+    if (!llLinesReady(ctx, step, q, 0, lines)) return false;
+  return true;
+}
+
+bool Operation::llLinesReady(const ExecContext& ctx, const Step& step, int q, size_t firstLine,
+                             size_t lines) {
+  const shm::LLLine* peerLines = ctx.segment->rankArea(q)->ll[step.first] + firstLine;
+  for (size_t l = 0; l < lines; ++l) {
+    uint64_t seen = peerLines[l].tag.load(std::memory_order_acquire);
+    if (seen != step.value) {
+      spinHint_ = {&peerLines[l].tag, seen};
+      blockedOnPeer_ = ctx.globalOfLocal[q];
+      blockedOn_ = "waiting for a small-message line of";
+      return false;
     }
   }
   return true;

@@ -109,6 +109,9 @@ class Operation {
  private:
   virtual Status plan(ScheduleBuilder& builder) = 0;
   Result<bool> llReady(const ExecContext& ctx, const Step& step, size_t lines);
+  // Whether local rank q's lines [firstLine, firstLine + lines) carry step.value.
+  bool llLinesReady(const ExecContext& ctx, const Step& step, int q, size_t firstLine,
+                    size_t lines);
   static const char* peerAllocation(const ExecContext& ctx, const Step& step,
                                     const shm::OpDescriptor& theirs);
   // What this operation's callbacks see of local peers' published buffers.

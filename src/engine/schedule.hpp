@@ -28,11 +28,12 @@ enum class StepKind : uint8_t {
   kPublishDescriptor,  // write this op's descriptor where peers can read it
   kCheckDescriptors,   // compare peers' descriptors with ours (after they posted)
   kCallback,           // runs callbacks[first], which may append steps (data-dependent plans)
-  kLLWrite,            // src/bytes into my LL lines of slot `first`, tagged `value`
+  kLLWrite,            // src/bytes into my LL lines of slot `first` from line n, tagged `value`
   kLLReduce,           // once every rank's lines carry `value`: reduce them (from byte n) into dst
   kLLWait,             // once every rank's first line carries `value` (a barrier)
   kLLGather,           // once every rank's lines carry `value`: rank q's bytes to dst + q * bytes
-  kCmaRead,            // bytes from local rank `first`'s send buffer (+ value) into dst, by CMA
+  kLLAllToAll,  // once every peer's block for me carries `value`: peer q's to dst + q * bytes
+  kCmaRead,     // bytes from local rank `first`'s send buffer (+ value) into dst, by CMA
 };
 
 // kWaitPeers with first == kAllPeers waits for local ranks 0..n-1 (no peer list needed).
@@ -221,10 +222,11 @@ class ScheduleBuilder {
     uint64_t seq = ++windows_->llSeq;
     return {static_cast<int>(seq % shm::kLLSlots), (seq * 0x9E3779B97F4A7C15ULL) ^ s_.signature};
   }
-  void llWrite(const LLSlot& ll, const void* src, size_t bytes) {
+  void llWrite(const LLSlot& ll, const void* src, size_t bytes, size_t firstLine = 0) {
     Step step = makeStep(StepKind::kLLWrite);
     step.src = src;
     step.bytes = bytes;
+    step.n = static_cast<uint32_t>(firstLine);
     step.first = static_cast<uint32_t>(ll.slot);
     step.value = ll.tag;
     add(step);
@@ -248,6 +250,17 @@ class ScheduleBuilder {
   // All-gather of `bytes` per rank; like llReduce, this rank's block comes from `mine`.
   void llGather(const LLSlot& ll, const void* mine, void* dst, size_t bytes) {
     Step step = makeStep(StepKind::kLLGather);
+    step.src = mine;
+    step.dst = dst;
+    step.bytes = bytes;
+    step.first = static_cast<uint32_t>(ll.slot);
+    step.value = ll.tag;
+    add(step);
+  }
+  // All-to-all of `bytes` per rank: peers' blocks for this rank (laid out by
+  // shm::llAllToAllFirstLine) to dst + q * bytes; this rank's own block comes from `mine`.
+  void llAllToAll(const LLSlot& ll, const void* mine, void* dst, size_t bytes) {
+    Step step = makeStep(StepKind::kLLAllToAll);
     step.src = mine;
     step.dst = dst;
     step.bytes = bytes;

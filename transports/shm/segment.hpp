@@ -90,6 +90,16 @@ constexpr int kLLMaxRanks = 64;  // the reduce step keeps its source list on the
 constexpr size_t llLinesFor(size_t bytes) {
   return std::max<size_t>(1, (bytes + kLLPayloadBytes - 1) / kLLPayloadBytes);
 }
+// Small all-to-all: each rank writes one block per peer into its lines, every block starting
+// on a line of its own, in peer order with no block for itself. The first line of the block
+// `writer` holds for `reader` (reader != writer):
+constexpr size_t llAllToAllFirstLine(int writer, int reader, size_t blockBytes) {
+  return static_cast<size_t>(reader < writer ? reader : reader - 1) * llLinesFor(blockBytes);
+}
+// Lines a rank writes for a small all-to-all of blockBytes per rank among nranks.
+constexpr size_t llAllToAllLines(int nranks, size_t blockBytes) {
+  return static_cast<size_t>(nranks - 1) * llLinesFor(blockBytes);
+}
 
 constexpr size_t alignUp(size_t value, size_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
