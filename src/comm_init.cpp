@@ -482,13 +482,16 @@ bool Communicator::oversubscribed() const {
 }
 
 void Communicator::adaptToCores() {
-  // Oversubscribed, the peer a rank waits for is often not running: spin briefly (a few
-  // pauses per pass, not a long watch of the word) and give the core away soon. With efa,
-  // at once: a pass reads the completion queues up to 8 times (poll() calls with tcp), so 50
-  // passes kept the core for hundreds of microseconds (4 ranks on 2 cores, 8 B all-reduce
-  // over tcp;ofi_rxm: 678 us per call at 50, 116 us at 0).
+  // Oversubscribed, the peer a rank waits for is often not running: give the core away at the
+  // first pass that finds nothing to do (as Open MPI does with more ranks than cores), unless
+  // TRNCCL_SPIN_COUNT was set. 4 ranks on 2 cores, shm, 1 KiB-1 MiB, 10 interleaved rounds
+  // (docs/PERFORMANCE.md): against 50 passes, small calls 1.2-2x faster (all-to-all 1 KiB
+  // 0.55-0.89x -> 0.97-1.10x Open MPI); mid-size all-reduce up to 30% slower in half of them.
+  // With efa a pass reads the completion queues up to 8 times (poll() calls with tcp): 50
+  // passes kept the core for hundreds of microseconds (8 B all-reduce over tcp;ofi_rxm:
+  // 678 us per call at 50, 116 us at 0).
   if (oversubscribed()) {
-    spinCount_ = std::min(spinCount_, efa_ ? 0 : 50);
+    if (!env::isSet(env::kSpinCount)) spinCount_ = 0;
     watchPauses_ = 1;
     // And the pass reads the queues once: 4 ranks on 2 cores, 8 B all-reduce over tcp;ofi_rxm
     // 133-166 -> 77-86 us against 8 reads.

@@ -20,9 +20,8 @@ const Var kTimeout{"TRNCCL_TIMEOUT", Kind::kSeconds, "300",
                    "still missing."};
 const Var kSpinCount{"TRNCCL_SPIN_COUNT", Kind::kInt, "2000",
                      "Polls a waiting rank spins before it starts yielding the core "
-                     "(sched_yield). When ranks outnumber this machine's cores it is capped at "
-                     "50, and at 0 for communicators that use the efa transport (each of their "
-                     "polls reads libfabric's queues, a system call with tcp)."};
+                     "(sched_yield). When ranks outnumber this machine's cores and this is "
+                     "not set, 0: a rank yields at its first pass that finds nothing to do."};
 const Var kSpinTimeUs{"TRNCCL_SPIN_TIME_US", Kind::kInt, "1000",
                       "Microseconds a waiting rank keeps spinning and yielding without seeing "
                       "progress before it sleeps (on a futex in the node's shared segment that "
@@ -88,7 +87,8 @@ const Var kOneShotMaxBytes{"TRNCCL_ONESHOT_MAX_BYTES", Kind::kBytes, "16K",
 const Var kLLMaxBytes{
     "TRNCCL_LL_MAX_BYTES", Kind::kBytes, "64",
     "All-reduce messages, all-gather blocks per rank, reduce-scatter inputs and the bytes an "
-    "all-to-all sends its peers up to this size use small-message lines (data and flag in one cache line, 56 bytes each; at most "
+    "all-to-all sends its peers up to this size use small-message lines (data and flag in one "
+    "cache line, 56 bytes each; at most "
     "896). Past two lines the windows were faster on the development machine. 0 disables."};
 const Var kStreamCopyBytes{
     "TRNCCL_STREAM_COPY_BYTES", Kind::kBytes, "8M",
