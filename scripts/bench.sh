@@ -143,6 +143,15 @@ fi
   [ -n "$gb" ] && echo "google-benchmark: $gb (Debian libbenchmark-dev)"
 } >"$out/run-info.txt"
 
+# The machine's cross-core copy speed before and after (bench/cross_core_probe.cpp says why).
+probe_cross_core() {
+  if [ -x "$BIN/cross_core_probe" ] && [ "$(nproc)" -ge 2 ]; then
+    echo "cross-core copy ($1): $("$BIN/cross_core_probe" -n 100 -R 5 2>&1 | head -1)" \
+      >>"$out/run-info.txt"
+  fi
+}
+probe_cross_core start
+
 failures=0
 # Runs one command: prints and records it, tees its output to a log, counts a failure.
 run_logged() {
@@ -237,6 +246,7 @@ for m in "${MICRO_BENCHES[@]}"; do
 done
 say "micro benchmarks took $((SECONDS - mstart)) s"
 echo "finished: $(date '+%Y-%m-%d %H:%M %Z') ($((SECONDS - start)) s)" >>"$out/run-info.txt"
+probe_cross_core end
 
 plots="$docs/perf"
 report="$docs/PERFORMANCE.md"

@@ -437,10 +437,11 @@ def build(results, out_path, plots_dir, warn):
     md += ["", "## Versions", ""]
     md += ["- %s: %s" % kv for kv in versions(run_info)]
     md += ["", "## How it was run", ""]
-    for k in ("started", "finished", "mode"):
+    keys = ("started", "finished", "mode", "cross-core copy (start)", "cross-core copy (end)")
+    for k in keys:
         if run_info.get(k):
             md.append("- %s: %s" % (k, run_info[k]))
-    if any(run_info.get(k) for k in ("started", "finished", "mode")):
+    if any(run_info.get(k) for k in keys):
         md.append("")
     commands = [l for l in (read(os.path.join(results, "commands.txt")) or "").splitlines()
                 if l.strip()]
