@@ -11,6 +11,7 @@
 
 #include "collectives/shapes.hpp"
 #include "comm.hpp"
+#include "core/copy.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
 #include "core/reduce.hpp"
@@ -143,7 +144,11 @@ Status Communicator::init(int nranks, const trncclUniqueId& id, int rank,
   ctx_.peerRegions = &peerRegions_;
   ctx_.segment = &segment_;
   ctx_.windows = &windows_;
-  ctx_.streamCopyBytes = settings.streamCopyBytes;
+  // The last-level cache is the node's: every local rank of a collective copies about as much
+  // into its own buffers at the same time, so the threshold counts the node's bytes. 4 ranks on
+  // 2 cores, all-to-all 2-4 MiB: 0.72-0.84x Open MPI with 8 MiB per rank, 1.28-1.71x with 2.
+  ctx_.streamCopyBytes =
+      streamCopyBytesPerRank(settings.streamCopyBytes, ctx_.globalOfLocal.size());
   TRNCCL_RETURN_IF_ERROR(chooseTransports(settings.allowed));
   buildPlanner(settings);
   adaptToCores();

@@ -99,6 +99,14 @@ TEST(Copy, StreamingAndCachedCopiesMatchByteForByteAtEveryAlignment) {
 // Cached copies whose destination lies just past the source modulo a page take the library's
 // own vector loop (core/copy.cpp: glibc's rep movsb crawls there); every such distance and
 // size around the loop's 128-byte step must still copy exactly.
+TEST(Copy, StreamingThresholdCountsTheNodesBytes) {
+  EXPECT_EQ(streamCopyBytesPerRank(8 << 20, 1), size_t{8} << 20);
+  EXPECT_EQ(streamCopyBytesPerRank(8 << 20, 4), size_t{2} << 20);
+  EXPECT_EQ(streamCopyBytesPerRank(8 << 20, 3), (size_t{8} << 20) / 3);
+  EXPECT_EQ(streamCopyBytesPerRank(0, 4), 0u);   // 0 = never, whatever the rank count
+  EXPECT_EQ(streamCopyBytesPerRank(3, 64), 1u);  // a tiny setting never rounds down to "never"
+}
+
 TEST(Copy, CachedCopiesAtShortPageDistancesMatchByteForByte) {
   constexpr size_t kPage = 4096, kMax = 70000;
   std::mt19937 gen(13);

@@ -19,6 +19,15 @@ enum class CopyKind {
 // null pointers of empty buffers (memcpy itself may not).
 void copyBytes(void* dst, const void* src, size_t bytes, CopyKind kind = CopyKind::kCached);
 
+// TRNCCL_STREAM_COPY_BYTES counts the node's bytes (the last-level cache is shared, and every
+// local rank of a collective copies about as much at once): the bytes one of localRanks ranks
+// must copy into user buffers before its call streams. 0 stays 0 (never stream).
+inline size_t streamCopyBytesPerRank(size_t nodeBytes, size_t localRanks) {
+  if (nodeBytes == 0) return 0;
+  const size_t perRank = nodeBytes / (localRanks ? localRanks : 1);
+  return perRank ? perRank : 1;
+}
+
 // The address offset bytes into a buffer.
 inline const char* byteAt(const void* p, size_t offset) {
   return static_cast<const char*>(p) + offset;

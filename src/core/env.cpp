@@ -92,11 +92,12 @@ const Var kLLMaxBytes{
     "896). Past two lines the windows were faster on the development machine. 0 disables."};
 const Var kStreamCopyBytes{
     "TRNCCL_STREAM_COPY_BYTES", Kind::kBytes, "8M",
-    "A call that copies at least this many bytes into user buffers (all-gather, all-to-all, "
-    "broadcast and point-to-point receives over shared memory) writes them with streaming "
-    "(non-temporal) stores, which skip the read-for-ownership of lines about to be overwritten "
-    "and leave the caches to the shared windows. Set it near the last-level cache size: "
-    "smaller calls stay cached for the reader that follows. 0 = never."};
+    "A call whose copies into user buffers (all-gather, all-to-all, broadcast and "
+    "point-to-point receives over shared memory), counted for the whole node (this rank's "
+    "bytes x its local ranks), reach this size writes them with streaming (non-temporal) "
+    "stores, which skip the read-for-ownership of lines about to be overwritten and leave the "
+    "caches to the shared windows. Set it near the last-level cache size: smaller calls stay "
+    "cached for the reader that follows. 0 = never."};
 const Var kShmDir{"TRNCCL_SHM_DIR", Kind::kString, "/dev/shm",
                   "Where shared-memory segments live; must be a tmpfs mount."};
 
