@@ -491,7 +491,7 @@ void Communicator::adaptToCores() {
   // first pass that finds nothing to do (as Open MPI does with more ranks than cores), unless
   // TRNCCL_SPIN_COUNT was set. 4 ranks on 2 cores, shm, 1 KiB-1 MiB, 10 interleaved rounds
   // (docs/PERFORMANCE.md): against 50 passes, small calls 1.2-2x faster (all-to-all 1 KiB
-  // 0.55-0.89x -> 0.97-1.10x Open MPI); mid-size all-reduce up to 30% slower in half of them.
+  // 0.55-0.89x -> 0.97-1.10x Open MPI); mid-size all-reduce up to 45% slower in half of them.
   // With efa a pass reads the completion queues up to 8 times (poll() calls with tcp): 50
   // passes kept the core for hundreds of microseconds (8 B all-reduce over tcp;ofi_rxm:
   // 678 us per call at 50, 116 us at 0).
