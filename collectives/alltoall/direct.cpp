@@ -72,8 +72,8 @@ bool fitsSmallMessageLines(const CommView& c, size_t block) {
 }  // namespace
 
 Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
-  if (a.kind == CollKind::kAllToAll && fitsSmallMessageLines(c, a.count * elementSize(a))) {
-    const size_t block = a.count * elementSize(a);
+  const size_t block = a.count * elementSize(a);  // all-to-all's uniform block
+  if (a.kind == CollKind::kAllToAll && fitsSmallMessageLines(c, block)) {
     // Tiny blocks: one block per peer in this rank's small-message lines, data and flag
     // together (segment.hpp, LLLine): no window staging and no counter synchronisation.
     b.publishDescriptor(describe(a));
@@ -89,7 +89,6 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   // Single copy (CMA). A rank working in place first stages its input in scratch, which its
   // peers read: otherwise it would overwrite blocks they are still reading. (Every rank takes
   // this form or none, whoever works in place: the schedules' posts must match.)
-  const size_t block = a.count * elementSize(a);
   if (a.kind == CollKind::kAllToAll && c.readsByCma(CollKind::kAllToAll, block)) {
     const bool inPlace = a.sendbuff == a.recvbuff;
     const void* source = a.sendbuff;

@@ -217,46 +217,8 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       return true;
     }
     case StepKind::kLLWait: return llReady(ctx, step, 1);
-    case StepKind::kLLGather: {
-      const size_t nlines = shm::llLinesFor(step.bytes);
-      auto ready = llReady(ctx, step, nlines);
-      if (!ready.isOk() || !ready.value()) return ready;
-      const int localSize = static_cast<int>(ctx.globalOfLocal.size());
-      for (int q = 0; q < localSize; ++q) {
-        char* out = static_cast<char*>(step.dst) + q * step.bytes;
-        if (q == ctx.localRank) {
-          if (out != step.src) std::memcpy(out, step.src, step.bytes);
-          continue;
-        }
-        const shm::LLLine* lines = ctx.segment->rankArea(q)->ll[step.first];
-        for (size_t offset = 0; offset < step.bytes; offset += shm::kLLPayloadBytes)
-          std::memcpy(out + offset, lines[offset / shm::kLLPayloadBytes].payload,
-                      std::min(shm::kLLPayloadBytes, step.bytes - offset));
-      }
-      return true;
-    }
-    case StepKind::kLLAllToAll: {
-      const int localSize = static_cast<int>(ctx.globalOfLocal.size());
-      const size_t nlines = shm::llLinesFor(step.bytes);
-      for (int q = 0; q < localSize; ++q)
-        if (q != ctx.localRank &&
-            !llLinesReady(ctx, step, q, shm::llAllToAllFirstLine(q, ctx.localRank, step.bytes),
-                          nlines))
-          return false;
-      for (int q = 0; q < localSize; ++q) {
-        char* out = static_cast<char*>(step.dst) + q * step.bytes;
-        if (q == ctx.localRank) {
-          if (out != step.src) std::memcpy(out, step.src, step.bytes);
-          continue;
-        }
-        const shm::LLLine* lines = ctx.segment->rankArea(q)->ll[step.first] +
-                                   shm::llAllToAllFirstLine(q, ctx.localRank, step.bytes);
-        for (size_t offset = 0; offset < step.bytes; offset += shm::kLLPayloadBytes)
-          std::memcpy(out + offset, lines[offset / shm::kLLPayloadBytes].payload,
-                      std::min(shm::kLLPayloadBytes, step.bytes - offset));
-      }
-      return true;
-    }
+    case StepKind::kLLGather: return gatherLines(ctx, step, false);
+    case StepKind::kLLAllToAll: return gatherLines(ctx, step, true);
     case StepKind::kCmaRead: {
       const uint64_t seq = schedule_->descriptor.seq;
       const shm::OpDescriptor& theirs = ctx.segment->rankArea(static_cast<int>(step.first))
@@ -329,6 +291,33 @@ Result<bool> Operation::llReady(const ExecContext& ctx, const Step& step, size_t
   const int localSize = static_cast<int>(ctx.globalOfLocal.size());
   for (int q = 0; q < localSize; ++q)
     if (!llLinesReady(ctx, step, q, 0, lines)) return false;
+  return true;
+}
+
+// Rank q's block of step.bytes to dst + q * bytes, once every rank's block carries the tag.
+// Gather: every rank's block starts at its first line, and this rank's own lines count too.
+// All-to-all: each peer holds one block per reader (shm::llAllToAllFirstLine).
+// Either way this rank's own block comes from step.src, not from its lines.
+Result<bool> Operation::gatherLines(const ExecContext& ctx, const Step& step, bool blockPerPeer) {
+  const int localSize = static_cast<int>(ctx.globalOfLocal.size());
+  const size_t nlines = shm::llLinesFor(step.bytes);
+  auto firstLine = [&](int q) {
+    return blockPerPeer ? shm::llAllToAllFirstLine(q, ctx.localRank, step.bytes) : 0;
+  };
+  for (int q = 0; q < localSize; ++q)
+    if (!(blockPerPeer && q == ctx.localRank) && !llLinesReady(ctx, step, q, firstLine(q), nlines))
+      return false;
+  for (int q = 0; q < localSize; ++q) {
+    char* out = static_cast<char*>(step.dst) + q * step.bytes;
+    if (q == ctx.localRank) {
+      if (out != step.src) std::memcpy(out, step.src, step.bytes);
+      continue;
+    }
+    const shm::LLLine* lines = ctx.segment->rankArea(q)->ll[step.first] + firstLine(q);
+    for (size_t offset = 0; offset < step.bytes; offset += shm::kLLPayloadBytes)
+      std::memcpy(out + offset, lines[offset / shm::kLLPayloadBytes].payload,
+                  std::min(shm::kLLPayloadBytes, step.bytes - offset));
+  }
   return true;
 }
 

@@ -112,6 +112,8 @@ class Operation {
   // Whether local rank q's lines [firstLine, firstLine + lines) carry step.value.
   bool llLinesReady(const ExecContext& ctx, const Step& step, int q, size_t firstLine,
                     size_t lines);
+  // kLLGather (blockPerPeer false) and kLLAllToAll (true): see the definition.
+  Result<bool> gatherLines(const ExecContext& ctx, const Step& step, bool blockPerPeer);
   static const char* peerAllocation(const ExecContext& ctx, const Step& step,
                                     const shm::OpDescriptor& theirs);
   // What this operation's callbacks see of local peers' published buffers.

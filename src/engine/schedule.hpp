@@ -249,24 +249,12 @@ class ScheduleBuilder {
   }
   // All-gather of `bytes` per rank; like llReduce, this rank's block comes from `mine`.
   void llGather(const LLSlot& ll, const void* mine, void* dst, size_t bytes) {
-    Step step = makeStep(StepKind::kLLGather);
-    step.src = mine;
-    step.dst = dst;
-    step.bytes = bytes;
-    step.first = static_cast<uint32_t>(ll.slot);
-    step.value = ll.tag;
-    add(step);
+    addLLCopyOut(StepKind::kLLGather, ll, mine, dst, bytes);
   }
   // All-to-all of `bytes` per rank: peers' blocks for this rank (laid out by
   // shm::llAllToAllFirstLine) to dst + q * bytes; this rank's own block comes from `mine`.
   void llAllToAll(const LLSlot& ll, const void* mine, void* dst, size_t bytes) {
-    Step step = makeStep(StepKind::kLLAllToAll);
-    step.src = mine;
-    step.dst = dst;
-    step.bytes = bytes;
-    step.first = static_cast<uint32_t>(ll.slot);
-    step.value = ll.tag;
-    add(step);
+    addLLCopyOut(StepKind::kLLAllToAll, ll, mine, dst, bytes);
   }
   void llWait(const LLSlot& ll) {
     Step step = makeStep(StepKind::kLLWait);
@@ -334,6 +322,16 @@ class ScheduleBuilder {
     Step step = makeStep(kind);
     step.first = static_cast<uint32_t>(s_.transfers.size());
     s_.transfers.push_back(transfer);
+    add(step);
+  }
+
+  void addLLCopyOut(StepKind kind, const LLSlot& ll, const void* mine, void* dst, size_t bytes) {
+    Step step = makeStep(kind);
+    step.src = mine;
+    step.dst = dst;
+    step.bytes = bytes;
+    step.first = static_cast<uint32_t>(ll.slot);
+    step.value = ll.tag;
     add(step);
   }
 
