@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # The planner benchmark (issue 16): for all-reduce, all-gather and reduce-scatter on 2 ranks,
-# 4 ranks and 2 emulated nodes x 2 ranks (efa between them over libfabric on loopback), every
-# algorithm that can run there forced with TRNCCL_ALGO and the planner's default, side by side
-# in alternating rounds, 16 B-256 MiB (x4). bench/plot/planner_summary.py then gives, per size,
-# the median time of each and the default's time over the fastest forced one's.
-# Writes DIR/planner/*.jsonl and summary.md. With --tuning FILE every run (the default's and
-# the forced ones) plans with that tuning file (TRNCCL_TUNING_FILE).
-# usage: bash scripts/bench_planner.sh [--quick] [--rounds N] [--tuning FILE] [--out DIR]
+# 4 ranks and 2 emulated nodes x 2 ranks (efa between them over libfabric on loopback), the
+# planner's default and every algorithm that can run there, forced, side by side: one job per
+# layout and collective times them all on their own communicators (the perf tools' -X),
+# interleaved within each of -R repeats, so that the machine's state changes hit all of them
+# alike; --rounds such jobs, 16 B-256 MiB (x4). bench/plot/planner_summary.py then gives, per
+# size, the median time of each and the default's time over the fastest forced one's.
+# Writes DIR/planner/*.jsonl and summary.md. With --tuning FILE every communicator (the
+# default's and the forced ones) plans with that tuning file (TRNCCL_TUNING_FILE).
+# usage: bash scripts/bench_planner.sh [--quick] [--rounds N] [--repeats N] [--tuning FILE]
+#                                      [--out DIR] [--only LAYOUT:TOOL]...
+#   LAYOUT is 2, 4 or 2x2; TOOL all_reduce, all_gather or reduce_scatter (default: every pair)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-quick=0 rounds=3 tuning="" out=build/bench-results
+quick=0 rounds=2 repeats=3 tuning="" out=build/bench-results only=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --rounds) rounds="$2"; shift ;;
+    --repeats) repeats="$2"; shift ;;
+    --only) only+=("$2"); shift ;;
     --tuning) tuning="$(realpath "$2")"; shift ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
     *) echo "bench_planner: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -26,7 +32,7 @@ dir="$out/planner"
 rm -rf -- "$dir"
 mkdir -p "$dir" || exit 1
 if [ "$quick" -eq 1 ]; then
-  rounds=1 small=(-b 16 -e 4K -f 16 -n 3 -w 1) large=(-b 1M -e 1M -n 2 -w 1)
+  rounds=1 repeats=1 small=(-b 16 -e 4K -f 16 -n 3 -w 1) large=(-b 1M -e 1M -n 2 -w 1)
 else
   small=(-b 16 -e 256K -f 4 -n 20 -w 3) large=(-b 1M -e 256M -f 4 -n 3 -w 1)
 fi
@@ -41,32 +47,40 @@ declare -A ALGOS=(
 )
 declare -A KIND=([all_reduce]=allreduce [all_gather]=allgather [reduce_scatter]=reducescatter)
 failures=0
-run() {  # layout name, ranks, host id rule, tool, algo, round
-  local layout="$1" np="$2" hostid="$3" tool="$4" algo="$5" round="$6"
-  local forced=""
-  [ "$algo" = default ] || forced="${KIND[$tool]}:$algo"
-  local part sizes
+run() {  # layout name, ranks, host id rule, tool, algorithms, round
+  local layout="$1" np="$2" hostid="$3" tool="$4" algos="$5" round="$6"
+  local forced=() algo part sizes
+  for algo in $algos; do
+    if [ "$algo" = default ]; then forced+=(-X default); else forced+=(-X "${KIND[$tool]}:$algo"); fi
+  done
   for part in small large; do
     if [ "$part" = small ]; then sizes=("${small[@]}"); else sizes=("${large[@]}"); fi
-    local cmd=(env TRNCCL_ALGO="$forced" TRNCCL_TUNING_FILE="$tuning" FI_TCP_IFACE=lo
+    local cmd=(env -u TRNCCL_ALGO TRNCCL_TUNING_FILE="$tuning" FI_TCP_IFACE=lo
                FI_NET_IFACE=lo "$BIN/trnccl-run" -np "$np"
                bash -c "TRNCCL_HOSTID=$hostid exec \"\$@\"" rank
-               "$BIN/${tool}_perf" "${sizes[@]}" -c 0
-               -J "$dir/${layout}_${tool}_${algo}_round${round}.jsonl")
+               "$BIN/${tool}_perf" "${sizes[@]}" -R "$repeats" -c 0 "${forced[@]}"
+               -J "$dir/${layout}_${tool}_round${round}.jsonl")
     echo "+ ${cmd[*]}" >>"$dir/commands.txt"
-    timeout -k 10 900 "${cmd[@]}" >>"$dir/log.txt" 2>&1 || {
+    timeout -k 10 1800 "${cmd[@]}" >>"$dir/log.txt" 2>&1 || {
       echo "FAILED: ${cmd[*]}"; failures=$((failures + 1)); }
   done
+}
+wanted() {  # layout tool: whether --only asks for it (or there is no --only)
+  [ ${#only[@]} -eq 0 ] && return 0
+  local pair
+  for pair in "${only[@]}"; do [ "$pair" = "$1:$2" ] && return 0; done
+  return 1
 }
 for round in $(seq 1 "$rounds"); do
   for tool in all_reduce all_gather reduce_scatter; do
     for layout in 2 4 2x2; do
+      wanted "$layout" "$tool" || continue
       case "$layout" in
         2) np=2 kind=one hostid=node ;;
         4) np=4 kind=one hostid=node ;;
         2x2) np=4 kind=nodes hostid='node-$((TRNCCL_RANK / 2))' ;;
       esac
-      for algo in ${ALGOS[$kind:$tool]}; do run "$layout" "$np" "$hostid" "$tool" "$algo" "$round"; done
+      run "$layout" "$np" "$hostid" "$tool" "${ALGOS[$kind:$tool]}" "$round"
     done
   done
 done

@@ -34,6 +34,8 @@ struct Options {
   int repeats = 1;
   int memAlloc = 0;  // buffers from trncclMemAlloc
   std::string json;
+  // -X: algorithms timed side by side, one communicator each ("default" = the planner).
+  std::vector<std::string> algos;
 };
 
 // A benchmark buffer from the heap, or from trncclMemAlloc (-A 1) so that local peers map it.
@@ -167,6 +169,12 @@ void usage(const char* tool, FILE* out) {
       "  -M, --mpi 0/1           also time the matching Open MPI call on the same buffers,\n"
       "                          interleaved, and print its time, busbw and trnccl/MPI ratio\n"
       "                          (needs mpirun; float/double/integer types, not avg)\n"
+      "  -X, --algo NAME         repeatable: time each named algorithm side by side, one\n"
+      "                          communicator each (NAME as in TRNCCL_ALGO, e.g. ring or\n"
+      "                          allreduce:rhd; 'default' = the planner's choice, or\n"
+      "                          TRNCCL_ALGO when set), interleaved within each repeat. The\n"
+      "                          table's columns are the first NAME's; every other NAME adds\n"
+      "                          its out-of-place time (us) at the end of the row\n"
       "  -h, --help              this text\n"
       "Exit status is non-zero when any result is wrong.\n",
       tool, tool);
@@ -212,7 +220,13 @@ bool parseOptions(int argc, char** argv, Options* o, const char* tool) {
       o->json = v;
     else if (flag == "-M" || flag == "--mpi")
       o->sideBySide = std::atoi(v);
-    else if (flag == "-o" || flag == "--op") {
+    else if (flag == "-X" || flag == "--algo") {
+      if (!*v) {
+        std::fprintf(stderr, "%s: -X needs an algorithm name or 'default'\n", tool);
+        return false;
+      }
+      o->algos.push_back(v);
+    } else if (flag == "-o" || flag == "--op") {
       if (!parseOp(v, &o->op)) {
         std::fprintf(stderr, "%s: unknown op '%s'\n", tool, v);
         return false;
@@ -281,21 +295,36 @@ void printHeader(const std::string& tool, const Options& o, int nranks, bool via
               o.sideBySide ? "; Open MPI runs the same call on the same buffers (ratio = MPI "
                              "time / trnccl out-of-place time, > 1 means trnccl is faster)"
                            : "");
-  const char* mpiTitle = o.sideBySide ? "        Open MPI" : "";
-  const char* mpiNames = o.sideBySide ? "      time   busbw  ratio" : "";
-  const char* mpiUnits = o.sideBySide ? "      (us)  (GB/s)" : "";
+  if (!o.algos.empty()) {
+    std::printf("#  Algorithms side by side, interleaved in each repeat: the columns are %s's;",
+                o.algos[0].c_str());
+    for (size_t a = 1; a < o.algos.size(); ++a) std::printf(" %s", o.algos[a].c_str());
+    std::printf("%s\n#\n", o.algos.size() > 1 ? " add their out-of-place time (us)" : "");
+  }
+  std::string mpiTitle = o.sideBySide ? "        Open MPI" : "";
+  std::string mpiNames = o.sideBySide ? "      time   busbw  ratio" : "";
+  std::string mpiUnits = o.sideBySide ? "      (us)  (GB/s)" : "";
+  for (size_t a = 1; a < o.algos.size(); ++a) {
+    char column[64];
+    // "allreduce:ring" -> "ring": the tool runs one collective.
+    const std::string& name = o.algos[a];
+    const size_t colon = name.rfind(':');
+    std::snprintf(column, sizeof(column), "  %9.9s",
+                  name.c_str() + (colon == std::string::npos ? 0 : colon + 1));
+    mpiNames += column;
+  }
   std::printf(
       "#                                                              out-of-place       "
       "                in-place%s\n",
-      mpiTitle);
+      mpiTitle.c_str());
   std::printf(
       "#       size         count      type   redop    root     time   algbw   busbw "
       "#wrong     time   algbw   busbw #wrong%s\n",
-      mpiNames);
+      mpiNames.c_str());
   std::printf(
       "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)    "
       "        (us)  (GB/s)  (GB/s)       %s\n",
-      mpiUnits);
+      mpiUnits.c_str());
 }
 
 }  // namespace
@@ -337,6 +366,29 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
     finishLaunch(launch);
     return 1;
   }
+  // The communicators timed: comm itself, or one per -X algorithm (split with that forcing).
+  std::vector<trncclComm_t> timed;
+  for (const std::string& name : o.algos) {
+    trncclConfig_t config = TRNCCL_CONFIG_INITIALIZER;
+    config.algorithm = name == "default" ? nullptr : name.c_str();
+    config.commName = name.c_str();
+    trncclComm_t forced = nullptr;
+    if (trncclCommSplit(comm, 0, rank, &forced, &config) != trncclSuccess) {
+      // A refused configuration is reported on the thread (there is no new communicator).
+      const char* why = trncclGetLastError(comm);
+      if (!why || !*why) why = trncclGetLastError(nullptr);
+      std::fprintf(stderr, "%s rank %d: -X %s: %s\n", tool.c_str(), rank, name.c_str(), why);
+      for (trncclComm_t c : timed) trncclCommAbort(c);
+      trncclCommAbort(comm);
+      finishLaunch(launch);
+      return 2;
+    }
+    timed.push_back(forced);
+  }
+  const bool splitComms = !timed.empty();
+  if (!splitComms) timed.push_back(comm);
+  const size_t algos = timed.size();
+  const char* algoName = o.algos.empty() ? "" : o.algos[0].c_str();
   FILE* json = nullptr;
   if (rank == 0 && !o.json.empty()) json = std::fopen(o.json.c_str(), "a");
 
@@ -347,18 +399,22 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
   double busSum = 0;
   int rows = 0;
   int failed = 0;
+  size_t failedAlgo = 0;  // which timed communicator's call failed
   for (size_t bytes = o.minBytes; bytes <= o.maxBytes && !failed;
        bytes = o.stepBytes ? bytes + o.stepBytes
                            : std::max(bytes + 1, static_cast<size_t>(bytes * o.stepFactor))) {
     size_t count, sendElems, recvElems;
     coll.shape(bytes, esize, nranks, &count, &sendElems, &recvElems);
-    PerfCall call{comm, rank, nranks, o.dtype, o.op, o.root, count};
+    std::vector<PerfCall> calls;  // one per timed communicator; calls[0] is the table's
+    for (trncclComm_t c : timed) calls.push_back({c, rank, nranks, o.dtype, o.op, o.root, count});
+    const PerfCall& call = calls[0];
     size_t sizeBytes = std::max(sendElems, recvElems) * esize;
     Buffer send(sendElems * esize, o.memAlloc), recv(recvElems * esize, o.memAlloc);
     Buffer both(std::max(send.size(), recv.size()), o.memAlloc);  // the in-place buffer
     std::vector<char> want;
     double time[2] = {0, 0}, mpiTime = 0;
     long wrong[2] = {0, 0};
+    std::vector<long> wrongOther(algos, 0);  // out of place, per -X algorithm after the first
     const int placements = coll.inPlaceOffsets ? 2 : 1;
     auto buffers = [&](int inPlace, const void** sbuf, char** rbuf) {
       size_t sendOffset = 0, recvOffset = 0;
@@ -367,29 +423,43 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
       *rbuf = inPlace ? both.data() + recvOffset : recv.data();
       return sendOffset;
     };
-    auto once = [&](const void* sbuf, char* rbuf) -> trncclResult_t {
-      if (o.blocking) return coll.run(call, sbuf, rbuf);
+    auto once = [&](const PerfCall& c, const void* sbuf, char* rbuf) -> trncclResult_t {
+      if (o.blocking) return coll.run(c, sbuf, rbuf);
       trncclRequest_t request = nullptr;
-      trncclResult_t rc = coll.runAsync(call, sbuf, rbuf, &request);
+      trncclResult_t rc = coll.runAsync(c, sbuf, rbuf, &request);
       return rc == trncclSuccess ? trncclWait(&request, TRNCCL_TIMEOUT_DEFAULT) : rc;
     };
-    // Repeats interleave the implementations (trnccl out of place, Open MPI, trnccl in place)
-    // so that a noisy neighbour on a shared machine hits all of them alike; medians are kept.
+    // Times iters calls of calls[a] (after the warmup on the first repeat); the slowest rank's.
+    auto timeCalls = [&](size_t a, int rep, const void* sbuf, char* rbuf) {
+      failedAlgo = a;
+      for (int w = 0; rep == 0 && w < o.warmup && !failed; ++w)
+        failed = once(calls[a], sbuf, rbuf) != trncclSuccess;
+      trncclBarrier(comm);
+      double start = seconds();
+      for (int it = 0; it < o.iters && !failed; ++it)
+        failed = once(calls[a], sbuf, rbuf) != trncclSuccess;
+      return combineTime(comm, (seconds() - start) / o.iters, o.average, nranks);
+    };
+    // Repeats interleave the implementations (trnccl out of place, every other -X algorithm,
+    // Open MPI, trnccl in place) so that a noisy neighbour on a shared machine hits all of them
+    // alike; medians are kept.
     std::vector<double> samples[2], mpiSamples;
+    std::vector<std::vector<double>> otherSamples(algos);
     for (int rep = 0; rep < o.repeats && !failed; ++rep) {
       for (int inPlace = 0; inPlace < placements && !failed; ++inPlace) {
         const void* sbuf;
         char* rbuf;
         buffers(inPlace, &sbuf, &rbuf);
-        for (int w = 0; rep == 0 && w < o.warmup && !failed; ++w)
-          failed = once(sbuf, rbuf) != trncclSuccess;
-        trncclBarrier(comm);
-        double start = seconds();
-        for (int it = 0; it < o.iters && !failed; ++it) failed = once(sbuf, rbuf) != trncclSuccess;
-        double local = (seconds() - start) / o.iters;
+        // Out of place every -X algorithm in turn, starting one further each repeat, so that
+        // none always runs first (after the previous size) or after the same neighbour.
+        const size_t turns = inPlace ? 1 : algos;
+        for (size_t t = 0; t < turns && !failed; ++t) {
+          const size_t a = inPlace ? 0 : (t + static_cast<size_t>(rep)) % algos;
+          const double us = timeCalls(a, rep, sbuf, rbuf);
+          if (!failed) (a == 0 ? samples[inPlace] : otherSamples[a]).push_back(us);
+        }
         if (failed) break;
-        samples[inPlace].push_back(combineTime(comm, local, o.average, nranks));
-        if (!inPlace && o.sideBySide) {
+        if (!inPlace && o.sideBySide && !failed) {
           // The same call through Open MPI, on the same buffers, right after trnccl's.
           for (int w = 0; rep == 0 && w < o.warmup; ++w)
             coll.runMpi(call, send.data(), recv.data(), mpiType, mpiOp);
@@ -405,7 +475,8 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
     }
     for (int k = 0; k < placements; ++k) time[k] = median(samples[k]);
     mpiTime = median(mpiSamples);
-    for (int inPlace = 0; inPlace < placements && o.check && !failed; ++inPlace) {
+    // Checks the table's algorithm in both placements and every other one out of place.
+    auto check = [&](size_t a, int inPlace) {
       const void* sbuf;
       char* rbuf;
       size_t sendOffset = buffers(inPlace, &sbuf, &rbuf);
@@ -417,19 +488,36 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
         send.assign(input);
         sbuf = send.data();
       }
-      failed = once(sbuf, rbuf) != trncclSuccess;
+      failedAlgo = a;
+      failed = once(calls[a], sbuf, rbuf) != trncclSuccess;
       long mine = 0;
       size_t n = std::min(want.size(), recv.size()) / esize;
       for (size_t i = 0; i < n; ++i)
         if (std::memcmp(rbuf + i * esize, want.data() + i * esize, esize) != 0) ++mine;
       long all = mine;
       trncclAllReduce(&mine, &all, 1, trncclInt64, trncclSum, comm);
-      wrong[inPlace] = all;
-    }
+      return all;
+    };
+    for (int inPlace = 0; inPlace < placements && o.check && !failed; ++inPlace)
+      wrong[inPlace] = check(0, inPlace);
+    for (size_t a = 1; a < algos && o.check && !failed; ++a) wrongOther[a] = check(a, 0);
     if (failed) break;
     if (rank == 0) {
       std::printf("%12zu  %12zu  %8s  %6s  %6d", sizeBytes, count, dtypeName(o.dtype),
                   coll.usesOp ? redOpName(o.op) : "none", coll.usesRoot ? o.root : -1);
+      auto jsonRow = [&](const char* algo, const char* placement, double seconds, long wrongs) {
+        if (!json) return;
+        double algbw = sizeBytes / seconds / 1e9;
+        std::fprintf(json,
+                     "{\"tool\":\"%s\",\"impl\":\"trnccl\",\"nranks\":%d,\"size\":%zu,"
+                     "\"count\":%zu,\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,"
+                     "\"placement\":\"%s\",\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,"
+                     "\"wrong\":%ld,\"repeats\":%d%s%s%s}\n",
+                     coll.name, nranks, sizeBytes, count, dtypeName(o.dtype),
+                     coll.usesOp ? redOpName(o.op) : "none", coll.usesRoot ? o.root : -1, placement,
+                     seconds * 1e6, algbw, algbw * coll.busFactor(nranks), o.check ? wrongs : -1,
+                     o.repeats, *algo ? ",\"algo\":\"" : "", algo, *algo ? "\"" : "");
+      };
       for (int k = 0; k < 2; ++k) {
         if (k >= placements) {
           std::printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
@@ -439,16 +527,7 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
         double busbw = algbw * coll.busFactor(nranks);
         std::printf("  %7.2f  %6.2f  %6.2f  %5s", time[k] * 1e6, algbw, busbw,
                     o.check ? std::to_string(wrong[k]).c_str() : "N/A");
-        if (json)
-          std::fprintf(json,
-                       "{\"tool\":\"%s\",\"impl\":\"trnccl\",\"nranks\":%d,\"size\":%zu,"
-                       "\"count\":%zu,\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,"
-                       "\"placement\":\"%s\",\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,"
-                       "\"wrong\":%ld,\"repeats\":%d}\n",
-                       coll.name, nranks, sizeBytes, count, dtypeName(o.dtype),
-                       coll.usesOp ? redOpName(o.op) : "none", coll.usesRoot ? o.root : -1,
-                       k ? "in" : "out", time[k] * 1e6, algbw, busbw, o.check ? wrong[k] : -1,
-                       o.repeats);
+        jsonRow(algoName, k ? "in" : "out", time[k], wrong[k]);
       }
       if (o.sideBySide) {
         double mpiBus = sizeBytes / mpiTime / 1e9 * coll.busFactor(nranks);
@@ -462,15 +541,26 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
                        coll.usesOp ? redOpName(o.op) : "none", mpiTime * 1e6, mpiBus,
                        mpiTime / time[0], o.repeats);
       }
+      for (size_t a = 1; a < algos; ++a) {
+        const double t = median(otherSamples[a]);
+        std::printf("  %9.2f", t * 1e6);
+        if (o.check && wrongOther[a]) std::printf("(%ld wrong)", wrongOther[a]);
+        jsonRow(o.algos[a].c_str(), "out", t, wrongOther[a]);
+      }
       std::printf("\n");
       std::fflush(stdout);
       busSum += sizeBytes / time[0] / 1e9 * coll.busFactor(nranks);
       ++rows;
     }
     wrongTotal += static_cast<int>(wrong[0] + wrong[1]);
+    for (long w : wrongOther) wrongTotal += static_cast<int>(w);
   }
   if (failed) {
-    std::fprintf(stderr, "%s rank %d: %s\n", tool.c_str(), rank, trncclGetLastError(comm));
+    std::fprintf(stderr, "%s rank %d%s%s: %s\n", tool.c_str(), rank, splitComms ? " -X " : "",
+                 splitComms ? o.algos[failedAlgo].c_str() : "",
+                 trncclGetLastError(timed[failedAlgo]));
+    if (splitComms)
+      for (trncclComm_t c : timed) trncclCommAbort(c);
     trncclCommAbort(comm);
     if (launch.viaMpi) MPI_Abort(MPI_COMM_WORLD, 1);  // peers may be inside an MPI call
     return 1;
@@ -480,6 +570,8 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
     std::printf("# Avg bus bandwidth    : %g\n#\n", rows ? busSum / rows : 0.0);
   }
   if (json) std::fclose(json);
+  if (splitComms)
+    for (trncclComm_t c : timed) trncclCommDestroy(c);
   trncclCommDestroy(comm);
   finishLaunch(launch);
   return wrongTotal ? 1 : 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Markdown summary of scripts/bench_planner.sh's results directory (DIR/planner).
 
-Per layout, collective and size: the median (over rounds) out-of-place time of the planner's
+Per layout, collective and size: the median (over rounds, each itself a median of the tool's
+interleaved repeats) out-of-place time of the planner's
 default and of every forced algorithm, and default / fastest forced (1.00x = the default is
 the fastest; the target is at most 1.10x). Then, per layout and collective, how many sizes
 meet the target.
@@ -24,17 +25,20 @@ def human(size):
 
 
 def main(directory):
-    pattern = re.compile(r"^(\w+?)_(all_reduce|all_gather|reduce_scatter)_(\w+)_round(\d+)\.jsonl$")
+    # One file per layout, collective and round, its rows tagged with the perf tool's -X name
+    # ("default" or "allreduce:ring"); files of older runs name one algorithm in the file name.
+    pattern = re.compile(r"^(\w+?)_(all_reduce|all_gather|reduce_scatter)(?:_(\w+))?_round(\d+)\.jsonl$")
     times = defaultdict(list)  # (layout, tool, algo, size) -> [time_us per round]
     for path in sorted(glob.glob(os.path.join(directory, "*.jsonl"))):
         m = pattern.match(os.path.basename(path))
         if not m:
             continue
-        layout, tool, algo = m.group(1), m.group(2), m.group(3)
+        layout, tool = m.group(1), m.group(2)
         with open(path) as f:
             for line in f:
                 row = json.loads(line)
                 if row.get("impl") == "trnccl" and row.get("placement") == "out":
+                    algo = row.get("algo", m.group(3) or "default").split(":")[-1]
                     times[(layout, tool, algo, row["size"])].append(row["time_us"])
     groups = defaultdict(lambda: defaultdict(dict))  # (layout, tool) -> size -> algo -> median
     for (layout, tool, algo, size), values in times.items():
