@@ -18,15 +18,24 @@ namespace {
 constexpr double kNever = std::numeric_limits<double>::infinity();
 
 // One message of `bytes` over a link class: alpha + bytes * beta (GB/s = 1e3 bytes/us).
-double message(const CostParams& c, LinkClass link, double bytes) {
+// `senders`: how many ranks of a node send such a message across nodes in the same round;
+// where the node's efa capacity is shared (CostParams::efaShared) they queue on it.
+double message(const CostParams& c, LinkClass link, double bytes, int senders = 1) {
   const LinkCost& l = c.of(link);
-  return l.alphaUs + bytes / (l.gbps * 1e3);
+  const double share = link == LinkClass::kEfa && c.efaShared ? std::max(1, senders) : 1;
+  return l.alphaUs + share * bytes / (l.gbps * 1e3);
 }
 double reduceUs(const CostParams& c, double bytes) {
   return bytes / (c.reduceGBps * 1e3);
 }
 double copyUs(const CostParams& c, double bytes) {
   return bytes / (c.copyGBps * 1e3);
+}
+// A message reduced as it lands (a kRecv with a reduction) is read once, by the reduction,
+// instead of by the receive's copy that message() already counts: the reduction adds only
+// what it costs beyond that copy.
+double landedReduceUs(const CostParams& c, double bytes) {
+  return std::max(0.0, reduceUs(c, bytes) - copyUs(c, bytes));
 }
 int ceilLog2(int n) {
   int rounds = 0;
@@ -55,6 +64,11 @@ LinkClass pairLink(const PlanShape& s, int distance) {
 LinkClass ringLink(const PlanShape& s) {
   return s.nodes == 1 ? s.intra : LinkClass::kEfa;
 }
+// How many ranks of a node send across nodes at once when every rank sends to the rank
+// `distance` after it (ranks lie node by node): those within `distance` of the node's end.
+int nodeSenders(const PlanShape& s, int distance) {
+  return std::max(1, std::min({distance, s.perNode, s.nranks - distance}));
+}
 // Schedules whose partners are arbitrary rank pairs (pairwise exchange, Bruck, dissemination).
 LinkClass anyPairLink(const PlanShape& s) {
   return s.nodes > 1                         ? LinkClass::kEfa
@@ -65,6 +79,7 @@ LinkClass anyPairLink(const PlanShape& s) {
 struct Level {
   int size;
   LinkClass link;
+  int senders = 1;  // ranks of a node using the link at once (message())
 };
 
 // Reduce-scatter (or all-gather: the same messages) through levels, inner first: level i's
@@ -75,7 +90,8 @@ double overLevels(const CostParams& c, const std::vector<Level>& levels, double 
   for (const Level& l : levels) {
     if (l.size < 2) continue;
     part /= l.size;
-    t += (l.size - 1) * (message(c, l.link, part) + c.stepUs + (reduces ? reduceUs(c, part) : 0));
+    t += (l.size - 1) *
+         (message(c, l.link, part, l.senders) + c.stepUs + (reduces ? landedReduceUs(c, part) : 0));
   }
   return t;
 }
@@ -104,13 +120,15 @@ double chain(const CostParams& c, const PlanShape& s, int n, LinkClass link, dou
   const double piece = std::min<double>(bytes, static_cast<double>(s.windowBytes));
   const double pieces = std::max(1.0, std::ceil(bytes / static_cast<double>(s.windowBytes)));
   return (n - 2 + pieces) *
-         (message(c, link, piece) + c.stepUs + (reduces ? reduceUs(c, piece) : 0));
+         (message(c, link, piece) + c.stepUs + (reduces ? landedReduceUs(c, piece) : 0));
 }
 // The fold of recursive doubling / halving for n not a power of two: the extra ranks hand their
-// input in before and get the result back after.
-double foldUs(const CostParams& c, const PlanShape& s, double bytes) {
+// input in before and get the result back after. `landed`: whether the input is reduced as it
+// lands (rhd) or received whole and then reduced (rd).
+double foldUs(const CostParams& c, const PlanShape& s, double bytes, bool landed) {
   if (floorPow2(s.nranks) == s.nranks) return 0;
-  return 2 * (message(c, pairLink(s, 1), bytes) + c.stepUs) + reduceUs(c, bytes);
+  return 2 * (message(c, pairLink(s, 1), bytes, nodeSenders(s, 1)) + c.stepUs) +
+         (landed ? landedReduceUs(c, bytes) : reduceUs(c, bytes));
 }
 
 // With more ranks than cores, a synchronisation that waits for every rank costs the turns it
@@ -174,7 +192,12 @@ double ringFamily(CollKind kind, double bytes, const PlanShape& s, const CostPar
     case CollKind::kBroadcast: return chain(c, s, n, link, bytes, false);
     case CollKind::kReduce: return chain(c, s, n, link, bytes, true);
     case CollKind::kAllToAll:
-    case CollKind::kAllToAllv: return (n - 1) * (message(c, anyPairLink(s), bytes / n) + c.stepUs);
+    case CollKind::kAllToAllv: {
+      double t = 0;  // pairwise: round i sends to the rank i after
+      for (int i = 1; i < n; ++i)
+        t += message(c, anyPairLink(s), bytes / n, nodeSenders(s, i)) + c.stepUs;
+      return t;
+    }
     case CollKind::kBarrier: return ceilLog2(n) * (message(c, anyPairLink(s), 0) + c.stepUs);
     default: return kNever;
   }
@@ -182,19 +205,21 @@ double ringFamily(CollKind kind, double bytes, const PlanShape& s, const CostPar
 
 double recursiveDoubling(const PlanShape& s, const CostParams& c, double bytes) {
   const int p2 = floorPow2(s.nranks);
-  double t = foldUs(c, s, bytes);
+  double t = foldUs(c, s, bytes, false);
+  // Each round receives the partner's whole partial, then reduces it with its own.
   for (int mask = 1; mask < p2; mask *= 2)
-    t += message(c, pairLink(s, mask), bytes) + c.stepUs + reduceUs(c, bytes);
+    t += message(c, pairLink(s, mask), bytes, nodeSenders(s, mask)) + c.stepUs + reduceUs(c, bytes);
   return t;
 }
 
 double rhd(const PlanShape& s, const CostParams& c, double bytes) {
   const int p2 = floorPow2(s.nranks);
-  double t = foldUs(c, s, bytes), part = bytes;
+  double t = foldUs(c, s, bytes, true), part = bytes;
   for (int mask = 1; mask < p2; mask *= 2) {
     part /= 2;
     // A halving round (with its reduction) and the doubling round that mirrors it.
-    t += 2 * (message(c, pairLink(s, mask), part) + c.stepUs) + reduceUs(c, part);
+    t += 2 * (message(c, pairLink(s, mask), part, nodeSenders(s, mask)) + c.stepUs) +
+         landedReduceUs(c, part);
   }
   return t;
 }
@@ -204,7 +229,7 @@ double bruck(const PlanShape& s, const CostParams& c, double bytes) {
   double t = 0;
   // Blocks lie in rank order and partners are rank +- d (not ring neighbours).
   for (int d = 1; d < n; d *= 2)
-    t += message(c, anyPairLink(s), std::min(d, n - d) * bytes / n) + c.stepUs;
+    t += message(c, anyPairLink(s), std::min(d, n - d) * bytes / n, nodeSenders(s, d)) + c.stepUs;
   return t;
 }
 
@@ -217,7 +242,8 @@ double doubleTree(const PlanShape& s, const CostParams& c, double bytes) {
   const double chunks = std::max(1.0, std::ceil(half / window));
   const int depth = ceilLog2(s.nranks);
   const double round = message(c, anyPairLink(s), 2 * chunk) + c.stepUs;
-  return (chunks + 2 * depth) * round + 2 * chunks * reduceUs(c, chunk) + (chunks + depth) * round;
+  return (chunks + 2 * depth) * round + 2 * chunks * landedReduceUs(c, chunk) +
+         (chunks + depth) * round;
 }
 
 // Rotate, then per round pack the blocks with that bit, exchange, unpack; then put in place.
@@ -228,7 +254,7 @@ double bruckAllToAll(const PlanShape& s, const CostParams& c, double bytes) {
     int blocks = 0;  // indices with this bit set: runs of d from d, 3d, 5d, ...
     for (int run = d; run < n; run += 2 * d) blocks += std::min(d, n - run);
     const double moved = bytes / n * blocks;
-    t += message(c, anyPairLink(s), moved) + c.stepUs + 2 * copyUs(c, moved);
+    t += message(c, anyPairLink(s), moved, nodeSenders(s, d)) + c.stepUs + 2 * copyUs(c, moved);
   }
   return t + n * c.stepUs;
 }
@@ -236,7 +262,8 @@ double bruckAllToAll(const PlanShape& s, const CostParams& c, double bytes) {
 double binomial(const PlanShape& s, const CostParams& c, double bytes, bool reduces) {
   double t = 0;
   for (int mask = 1; mask < s.nranks; mask *= 2)
-    t += message(c, pairLink(s, mask), bytes) + c.stepUs + (reduces ? reduceUs(c, bytes) : 0);
+    t += message(c, pairLink(s, mask), bytes, nodeSenders(s, mask)) + c.stepUs +
+         (reduces ? landedReduceUs(c, bytes) : 0);
   return t;
 }
 
@@ -244,7 +271,8 @@ double hierarchical(CollKind kind, double bytes, const PlanShape& s, const CostP
                     int slices) {
   if (!s.hierarchicalFits) return kNever;
   const int k = s.perNode, nodes = s.nodes;
-  const std::vector<Level> levels = {{k, s.intra}, {nodes, LinkClass::kEfa}};
+  // Across nodes every rank exchanges with its peers of the same local rank at once.
+  const std::vector<Level> levels = {{k, s.intra}, {nodes, LinkClass::kEfa, k}};
   // Uneven nodes: the ranks past the smallest node's size hand their input to an owner first
   // (and get the result back), or go through node leaders.
   const double uneven = s.uniform ? 0 : 2 * message(c, s.intra, bytes);
@@ -267,7 +295,7 @@ double hierarchical(CollKind kind, double bytes, const PlanShape& s, const CostP
       const double rounds = std::ceil(static_cast<double>(nodes - 1) / k);
       return (k - 1) * (message(c, s.intra, bytes / s.nranks) + c.stepUs) +
              rounds * (2 * (k - 1) * (message(c, s.intra, perNode) + c.stepUs) +
-                       message(c, LinkClass::kEfa, k * perNode) + c.stepUs);
+                       message(c, LinkClass::kEfa, k * perNode, std::min(k, nodes - 1)) + c.stepUs);
     }
     default: return kNever;
   }
@@ -276,10 +304,13 @@ double hierarchical(CollKind kind, double bytes, const PlanShape& s, const CostP
 double torus(CollKind kind, double bytes, const PlanShape& s, const CostParams& c, int slices) {
   if (!s.torusFits) return kNever;
   std::vector<Level> levels;
-  for (size_t i = 0; i < s.torusDims.size(); ++i)
-    levels.push_back({s.torusDims[i], static_cast<int>(i) == s.torusNodeLevel
-                                          ? LinkClass::kEfa
-                                          : LinkClass::kNeuronLink});
+  int inner = 1;  // ranks of a node: one ring across nodes per position of the inner levels
+  for (size_t i = 0; i < s.torusDims.size(); ++i) {
+    const bool across = static_cast<int>(i) == s.torusNodeLevel;
+    levels.push_back(
+        {s.torusDims[i], across ? LinkClass::kEfa : LinkClass::kNeuronLink, across ? inner : 1});
+    inner *= s.torusDims[i];
+  }
   switch (kind) {
     case CollKind::kAllReduce: return pipelinedAllReduce(c, levels, bytes, slices);
     case CollKind::kAllGather: return overLevels(c, levels, bytes, false);
@@ -358,6 +389,9 @@ CostParams machineCosts() {
   c.of(LinkClass::kShm) = {0.5, 3.0};
   c.of(LinkClass::kNeuronLink) = c.of(LinkClass::kShm);  // emulated over shm here
   c.of(LinkClass::kEfa) = {10.0, 2.0};
+  // efa here is libfabric over loopback: every byte is the host kernel's copying on the same
+  // cores, whichever ranks send it.
+  c.efaShared = true;
   c.stepUs = 0.5;
   c.syncUs = 0.2;
   c.copyGBps = 8.0;
@@ -382,6 +416,7 @@ CostParams hardwareCosts(const topology::DeviceGraph& graph) {
   // One rank per chip: a chip's share of the node's NICs.
   const int chips = graph.devicesOnNode(0);
   if (nicGbps > 0 && chips > 0) c.of(LinkClass::kEfa) = {15.0, nicGbps / 8 / chips};
+  c.efaShared = false;  // each chip's share of the NICs is its own (machineCosts: loopback)
   c.origin = graph.instance.empty() ? "the device graph's link and NIC figures"
                                     : graph.instance + " figures (docs/PLANNER.md)";
   return c;

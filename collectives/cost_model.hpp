@@ -40,7 +40,10 @@ struct CostParams {
   double syncUs = 0;      // one post-and-wait of the shared-window protocol (direct)
   double copyGBps = 1;    // a rank copying into or out of shared windows
   double reduceGBps = 1;  // a reduction, counted in bytes of output
-  std::string origin;     // "this machine's defaults", "TRNCCL_TUNING_FILE=/p", ...
+  // The efa figures are a node's whole capacity, which ranks sending across nodes in the same
+  // round share (loopback: the host kernel on the same cores), not each rank's own share.
+  bool efaShared = false;
+  std::string origin;  // "this machine's defaults", "TRNCCL_TUNING_FILE=/p", ...
   std::vector<MoeTuning> moe;
   // The entry for a group of ranks over nodes routing up to tokens per rank, or nullptr.
   const MoeTuning* moeEntry(int ranks, int nodes, long tokens) const;

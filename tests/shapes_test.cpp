@@ -133,7 +133,7 @@ TEST(Planner, FollowsTheTopologyAndRefusesShapesThatDoNotFit) {
   auto nodes = job(2, 2, "");
   Shapes ns = buildShapes(nodes, 0);
   auto np = plannerFor(nodes, ns, 0, "", false);
-  EXPECT_EQ(np.choose(CollKind::kAllReduce, 1 << 20).value(), Algorithm::kHierarchical);
+  EXPECT_EQ(np.choose(CollKind::kAllReduce, 64 << 20).value(), Algorithm::kHierarchical);
   EXPECT_EQ(np.choose(CollKind::kAllToAll, 64).value(), Algorithm::kHierarchical);
   EXPECT_EQ(np.choose(CollKind::kAllToAll, 1 << 20).value(), Algorithm::kRing);
   EXPECT_EQ(np.choose(CollKind::kAllToAllv, 0).value(), Algorithm::kHierarchical);
