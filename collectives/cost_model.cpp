@@ -393,7 +393,7 @@ CostParams machineCosts() {
   // cores, whichever ranks send it.
   c.efaShared = true;
   c.stepUs = 0.5;
-  c.syncUs = 0.2;
+  c.syncUs = 0.4;
   c.copyGBps = 8.0;
   c.reduceGBps = 8.0;
   c.origin = "this machine's defaults";

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Replays the planner's choices against measured tables, without running anything.
+
+For each summary.md that scripts/bench_planner.sh wrote (planner_summary.py's tables: per
+layout, collective and size the median time of every forced algorithm), asks trnccl-topo
+--plan which algorithm the cost model picks for that layout (this machine's defaults, or
+--tuning FILE) and counts the sizes where that algorithm's measured time is within 10% of the
+fastest forced one. It judges the model's choices, not the default's own (noisy) timing, so a
+change to the model or its numbers can be checked against every table measured so far.
+usage: planner_replay.py [--topo PATH] [--tuning FILE] [--verbose] SUMMARY.md...
+"""
+import argparse
+import re
+import subprocess
+import sys
+
+COLLECTIVES = {"all_reduce": "AllReduce", "all_gather": "AllGather",
+               "reduce_scatter": "ReduceScatter"}
+LAYOUTS = {"2 ranks": ["--ranks-per-node", "2"],
+           "4 ranks (2 cores)": ["--ranks-per-node", "4"],
+           "2 emulated nodes x 2 ranks": ["--nodes", "2", "--ranks-per-node", "2"]}
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def plan(topo, layout, tuning):
+    """{collective: [(upper bytes, algorithm)]} from trnccl-topo's TRNCCL_ALGO line."""
+    cmd = [topo] + LAYOUTS[layout] + ["--plan"] + (["--tuning", tuning] if tuning else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    line = next(l for l in out.splitlines() if l.startswith("TRNCCL_ALGO:"))
+    table = {}
+    for item in line[len("TRNCCL_ALGO:"):].split(";")[0].split():
+        collective, rules = item.split("=", 1)
+        bands = []
+        for rule in rules.split(","):
+            algo, _, limit = rule.partition("<=")
+            upper = float("inf")
+            if limit:
+                upper = int(limit[:-1]) * SUFFIX[limit[-1]] if limit[-1] in SUFFIX else int(limit)
+            bands.append((upper, algo.split("(")[0]))
+        table[collective] = bands
+    return table
+
+
+def replay(path, topo, tuning, verbose):
+    plans, met, total, section, columns = {}, 0, 0, None, None
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^## (all_reduce|all_gather|reduce_scatter), (.*)$", line.strip())
+            if m:
+                section, columns = (m.group(1), m.group(2)), None
+                continue
+            if section and line.startswith("| size"):
+                columns = [c.strip() for c in line.strip().strip("|").split("|")]
+                continue
+            if not (section and columns and re.match(r"^\| \d", line)) or section[1] not in LAYOUTS:
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            number, unit = cells[0].split()
+            size = int(number) * UNITS[unit]
+            # Columns: size, default, the forced algorithms..., fastest forced, default / best.
+            forced = {columns[i]: float(cells[i]) for i in range(2, len(columns) - 2)
+                      if cells[i] != "-"}
+            if section[1] not in plans:
+                plans[section[1]] = plan(topo, section[1], tuning)
+            pick = next(a for upper, a in plans[section[1]][COLLECTIVES[section[0]]]
+                        if size <= upper)
+            if pick not in forced:
+                continue
+            best = min(forced, key=forced.get)
+            ratio = forced[pick] / forced[best]
+            total += 1
+            met += ratio <= 1.10
+            if verbose and ratio > 1.10:
+                print("  %s, %s, %s: %s %.2fx (fastest %s)" % (section[0], section[1], cells[0],
+                                                              pick, ratio, best))
+    return met, total
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topo", default="build/src/trnccl-topo")
+    parser.add_argument("--tuning")
+    parser.add_argument("--verbose", action="store_true", help="list the sizes that miss")
+    parser.add_argument("summaries", nargs="+")
+    args = parser.parse_args()
+    all_met = all_total = 0
+    for path in args.summaries:
+        met, total = replay(path, args.topo, args.tuning, args.verbose)
+        print("%s: %d of %d sizes within 10%%" % (path, met, total))
+        all_met, all_total = all_met + met, all_total + total
+    print("all: %d of %d sizes within 10%%" % (all_met, all_total))
+    return 0 if all_total else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
