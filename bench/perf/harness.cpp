@@ -301,9 +301,10 @@ void printHeader(const std::string& tool, const Options& o, int nranks, bool via
     for (size_t a = 1; a < o.algos.size(); ++a) std::printf(" %s", o.algos[a].c_str());
     std::printf("%s\n#\n", o.algos.size() > 1 ? " add their out-of-place time (us)" : "");
   }
-  std::string mpiTitle = o.sideBySide ? "        Open MPI" : "";
-  std::string mpiNames = o.sideBySide ? "      time   busbw  ratio" : "";
-  std::string mpiUnits = o.sideBySide ? "      (us)  (GB/s)" : "";
+  // Columns after the in-place ones: Open MPI's (-M 1), then every other -X algorithm's time.
+  std::string tailTitle = o.sideBySide ? "        Open MPI" : "";
+  std::string tailNames = o.sideBySide ? "      time   busbw  ratio" : "";
+  std::string tailUnits = o.sideBySide ? "      (us)  (GB/s)" : "";
   for (size_t a = 1; a < o.algos.size(); ++a) {
     char column[64];
     // "allreduce:ring" -> "ring": the tool runs one collective.
@@ -311,20 +312,20 @@ void printHeader(const std::string& tool, const Options& o, int nranks, bool via
     const size_t colon = name.rfind(':');
     std::snprintf(column, sizeof(column), "  %9.9s",
                   name.c_str() + (colon == std::string::npos ? 0 : colon + 1));
-    mpiNames += column;
+    tailNames += column;
   }
   std::printf(
       "#                                                              out-of-place       "
       "                in-place%s\n",
-      mpiTitle.c_str());
+      tailTitle.c_str());
   std::printf(
       "#       size         count      type   redop    root     time   algbw   busbw "
       "#wrong     time   algbw   busbw #wrong%s\n",
-      mpiNames.c_str());
+      tailNames.c_str());
   std::printf(
       "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)    "
       "        (us)  (GB/s)  (GB/s)       %s\n",
-      mpiUnits.c_str());
+      tailUnits.c_str());
 }
 
 }  // namespace
