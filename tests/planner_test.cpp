@@ -175,6 +175,21 @@ TEST(CostModel, AReductionAsTheMessageLandsReplacesTheReceiveCopy) {
               1.0 + 1000 + 0.5 + 500, 1e-6);
 }
 
+// Direct's small-message lines (collectives/reduce_scatter/direct.cpp) carry a reduce-scatter
+// whose whole input fits them: one synchronisation, no window rounds, as for all-reduce.
+TEST(CostModel, TinyReduceScattersGoThroughTheLines) {
+  PlanShape shape;
+  shape.nranks = 2;
+  const CostParams c = machineCosts();
+  for (CollKind kind : {CollKind::kReduceScatter, CollKind::kAllReduce})
+    EXPECT_DOUBLE_EQ(modeledUs(Algorithm::kDirect, kind, shape.llMaxBytes, shape, c),
+                     c.syncUs + c.stepUs)
+        << collName(kind);
+  EXPECT_GT(
+      modeledUs(Algorithm::kDirect, CollKind::kReduceScatter, shape.llMaxBytes + 64, shape, c),
+      2 * c.syncUs + c.stepUs);
+}
+
 // A communicator's view with the shm protocol's default limits.
 CommView viewOf(int nranks, bool allLocal) {
   CommView view;
