@@ -3,9 +3,10 @@
 # 4 ranks and 2 emulated nodes x 2 ranks (efa between them over libfabric on loopback), the
 # planner's default and every algorithm that can run there, forced, side by side: one job per
 # layout and collective times them all on their own communicators (the perf tools' -X),
-# interleaved within each of -R repeats, so that the machine's state changes hit all of them
-# alike; --rounds such jobs, 16 B-256 MiB (x4). bench/plot/planner_summary.py then gives, per
-# size, the median time of each and the default's time over the fastest forced one's.
+# interleaved within each of --repeats repeats (default 3), so that the machine's state changes
+# hit all of them alike; --rounds such jobs (default 2), 16 B-256 MiB (x4).
+# bench/plot/planner_summary.py then gives, per size, the median time of each and the
+# default's time over the fastest forced one's.
 # Writes DIR/planner/*.jsonl and summary.md. With --tuning FILE every communicator (the
 # default's and the forced ones) plans with that tuning file (TRNCCL_TUNING_FILE).
 # usage: bash scripts/bench_planner.sh [--quick] [--rounds N] [--repeats N] [--tuning FILE]
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
     --only) only+=("$2"); shift ;;
     --tuning) tuning="$(realpath "$2")"; shift ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     *) echo "bench_planner: unknown option $1" >&2; exit 2 ;;
   esac
   shift
