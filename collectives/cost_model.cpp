@@ -390,7 +390,7 @@ CostParams machineCosts() {
   c.of(LinkClass::kSelf) = {0.2, 10.0};
   c.of(LinkClass::kShm) = {0.5, 3.0};
   c.of(LinkClass::kNeuronLink) = c.of(LinkClass::kShm);  // emulated over shm here
-  c.of(LinkClass::kEfa) = {10.0, 2.0};
+  c.of(LinkClass::kEfa) = {25.0, 2.0};
   // efa here is libfabric over loopback: every byte is the host kernel's copying on the same
   // cores, whichever ranks send it.
   c.efaShared = true;
