@@ -6,14 +6,7 @@
 # Usage: perf_algos_test.sh TRNCCL_RUN ALL_REDUCE_PERF ALL_GATHER_PERF
 set -uo pipefail
 run="$1" allreduce="$2" allgather="$3"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() {
-  local what="$1"
-  shift
-  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
-}
+. "$(dirname "$0")/check_lib.sh"  # tmp, fail, check
 unset TRNCCL_TOPO_FILE TRNCCL_TOPO_PRESET TRNCCL_TUNING_FILE TRNCCL_TRANSPORT TRNCCL_ALGO
 export FI_TCP_IFACE=lo FI_NET_IFACE=lo  # loopback only
 

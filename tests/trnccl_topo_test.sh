@@ -7,14 +7,7 @@
 # Usage: trnccl_topo_test.sh TRNCCL_TOPO TRNCCL_RUN ALL_REDUCE_PERF FIXTURES_DIR
 set -uo pipefail
 topo="$1" run="$2" perf="$3" fixtures="$4"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() {  # check "what" command...: fails the test with what when the command fails
-  local what="$1"
-  shift
-  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
-}
+. "$(dirname "$0")/check_lib.sh"  # tmp, fail, check
 unset TRNCCL_TOPO_FILE TRNCCL_TOPO_PRESET TRNCCL_NEURON_DEVICES
 
 "$topo" --preset trn2.48xlarge --dump "$tmp/a.topo" > "$tmp/preset.out"

@@ -7,14 +7,7 @@
 # Usage: trnccl_tune_test.sh TRNCCL_TUNE TRNCCL_TOPO TRNCCL_RUN ALL_REDUCE_PERF MOE_DISPATCH_PERF
 set -uo pipefail
 tune="$1" topo="$2" run="$3" perf="$4" moe="$5"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() {
-  local what="$1"
-  shift
-  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
-}
+. "$(dirname "$0")/check_lib.sh"  # tmp, fail, check
 unset TRNCCL_TOPO_FILE TRNCCL_TOPO_PRESET TRNCCL_TUNING_FILE TRNCCL_TRANSPORT TRNCCL_ALGO
 export FI_TCP_IFACE=lo FI_NET_IFACE=lo  # loopback only
 

@@ -14,11 +14,14 @@ import re
 import subprocess
 import sys
 
+from planner_summary import LAYOUT_LABELS
+
 COLLECTIVES = {"all_reduce": "AllReduce", "all_gather": "AllGather",
                "reduce_scatter": "ReduceScatter"}
-LAYOUTS = {"2 ranks": ["--ranks-per-node", "2"],
-           "4 ranks (2 cores)": ["--ranks-per-node", "4"],
-           "2 emulated nodes x 2 ranks": ["--nodes", "2", "--ranks-per-node", "2"]}
+# trnccl-topo's arguments for each layout, keyed by the summary's section title.
+LAYOUTS = {LAYOUT_LABELS["2"]: ["--ranks-per-node", "2"],
+           LAYOUT_LABELS["4"]: ["--ranks-per-node", "4"],
+           LAYOUT_LABELS["2x2"]: ["--nodes", "2", "--ranks-per-node", "2"]}
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 

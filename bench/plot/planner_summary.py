@@ -17,6 +17,10 @@ import sys
 from collections import defaultdict
 
 
+# bench_planner.sh's layouts as the section titles name them (planner_replay.py reads them back).
+LAYOUT_LABELS = {"2": "2 ranks", "4": "4 ranks (2 cores)", "2x2": "2 emulated nodes x 2 ranks"}
+
+
 def human(size):
     for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
         if size >= 1 << shift and size % (1 << shift) == 0:
@@ -43,7 +47,6 @@ def main(directory):
     groups = defaultdict(lambda: defaultdict(dict))  # (layout, tool) -> size -> algo -> median
     for (layout, tool, algo, size), values in times.items():
         groups[(layout, tool)][size][algo] = statistics.median(values)
-    labels = {"2": "2 ranks", "4": "4 ranks (2 cores)", "2x2": "2 emulated nodes x 2 ranks"}
     print("# Planner default against every forced algorithm\n")
     print("Out-of-place time in us, medians over rounds; `default / best` is the default's time "
           "over the fastest forced algorithm's (target: at most 1.10x).\n")
@@ -51,7 +54,7 @@ def main(directory):
     for (layout, tool) in sorted(groups):
         sizes = groups[(layout, tool)]
         algos = sorted({a for per in sizes.values() for a in per if a != "default"})
-        print("## %s, %s\n" % (tool, labels.get(layout, layout)))
+        print("## %s, %s\n" % (tool, LAYOUT_LABELS.get(layout, layout)))
         print("| size | default | " + " | ".join(algos) + " | fastest forced | default / best |")
         print("|---:|---:|" + "---:|" * len(algos) + "---|---:|")
         met = total = 0
@@ -68,7 +71,7 @@ def main(directory):
             print("| %s | %.1f | %s | %s | %.2fx%s |" % (human(size), per["default"], " | ".join(cells),
                                                        fastest, ratio, "" if ratio <= 1.10 else " (miss)"))
         print()
-        verdicts.append("- %s, %s: %d of %d sizes within 10%%" % (tool, labels.get(layout, layout), met, total))
+        verdicts.append("- %s, %s: %d of %d sizes within 10%%" % (tool, LAYOUT_LABELS.get(layout, layout), met, total))
     print("## Summary\n")
     print("\n".join(verdicts))
 
