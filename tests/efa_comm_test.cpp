@@ -5,6 +5,7 @@
 // endpoints of one process is in efa_transport_test.cpp.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -185,6 +186,58 @@ TEST(Efa, RankThatFailsBeforeTheExchangeIsNamedByTheOthers) {
     return f.text();
   });
   EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+long minorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// Over tcp;ofi_rxm, libfabric 1.17 left alone posts its whole first chunk of 1024 receive
+// buffers and grows the pool by another 16 MiB (about 4200 page faults, 10-14 ms) at a random
+// point in the first few hundred messages: a stall in a user's timed loop. trnccl sets
+// FI_OFI_RXM_MSG_RX_SIZE when the user has not (and keeps the user's value when they have), so
+// 3000 small exchanges after a short warm-up fault in no new pool.
+TEST(Efa, RxmReceivePoolDoesNotGrowUnderSteadyTraffic) {
+  for (const char* userDepth : {"", "64"}) {
+    auto outcomes = runRanks(2, [userDepth](int rank, int n, const trncclUniqueId& id) {
+      useEfaOver("tcp;ofi_rxm");
+      if (*userDepth)
+        setenv("FI_OFI_RXM_MSG_RX_SIZE", userDepth, 1);
+      else
+        unsetenv("FI_OFI_RXM_MSG_RX_SIZE");
+      trncclComm_t comm = nullptr;
+      std::string error = testing::initComm(&comm, n, id, rank);
+      if (!error.empty()) return error;
+      Failures f;
+      float out[2] = {1.0f, 2.0f}, in[2] = {};
+      auto exchange = [&](int times) {
+        for (int i = 0; i < times && f.empty(); ++i) {
+          trncclGroupStart();
+          trncclSend(out, 2, trncclFloat32, 1 - rank, comm);
+          trncclRecv(in, 2, trncclFloat32, 1 - rank, comm);
+          if (trncclGroupEnd() != trncclSuccess)
+            f.add("rank %d exchange %d: %s", rank, i, trncclGetLastError(comm));
+        }
+      };
+      exchange(20);  // connects and allocates the first chunks
+      const long before = minorFaults();
+      exchange(3000);
+      const long faults = minorFaults() - before;
+      if (f.empty() && faults > 1000)
+        f.add("rank %d: %ld page faults during 3000 8-byte exchanges (libfabric grew a pool)",
+              rank, faults);
+      const char* depth = std::getenv("FI_OFI_RXM_MSG_RX_SIZE");
+      const std::string expected = *userDepth ? userDepth : "256";
+      if (!depth || expected != depth)
+        f.add("rank %d: FI_OFI_RXM_MSG_RX_SIZE is '%s' after init, expected %s", rank,
+              depth ? depth : "(unset)", expected.c_str());
+      trncclCommDestroy(comm);
+      return f.text();
+    });
+    EXPECT_ALL_RANKS_OK(outcomes) << "user's FI_OFI_RXM_MSG_RX_SIZE '" << userDepth << "'";
+  }
 }
 
 // Parameter: the libfabric provider (one of kSocketProviders).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -259,14 +260,20 @@ std::string EfaTransport::describe() const {
                     rendezvousSource_.c_str());
   else if (choice_.rma)
     rma = strformat("FI_RMA offered, rendezvous off (%s)", rendezvousSource_.c_str());
+  std::string rxm;  // which receive depth ofi_rxm runs with, and whose choice it is
+  if (std::strstr(info->fabric_attr->prov_name, "ofi_rxm")) {
+    const char* depth = std::getenv("FI_OFI_RXM_MSG_RX_SIZE");
+    rxm = strformat(", FI_OFI_RXM_MSG_RX_SIZE=%s (%s)", depth ? depth : "?",
+                    applyProviderDefaults().empty() ? "the user's" : "trnccl's default");
+  }
   return strformat(
       "provider %s, fabric %s, %zu rail(s) on domain(s) %s (%s), MR mode %s (user buffers: %s), "
-      "%s, inject %zu B, %zu outstanding sends and %zu receives per rail, size check %s%s",
+      "%s, inject %zu B, %zu outstanding sends and %zu receives per rail, size check %s%s%s",
       info->fabric_attr->prov_name, info->fabric_attr->name, rails_.size(), domains.c_str(),
       choice_.railReason.c_str(), mrModeText(info->domain_attr->mr_mode).c_str(),
       cacheUserBuffers_ ? "registrations cached" : "registered per message", rma.c_str(),
       rails_.front()->injectBytes, rails_.front()->maxSends, rails_.front()->maxRecvs,
-      rails_.front()->cqDataBytes >= 4 ? "in remote CQ data" : "by length only",
+      rails_.front()->cqDataBytes >= 4 ? "in remote CQ data" : "by length only", rxm.c_str(),
       canSleep() ? ", blocked waits sleep on the wait descriptors (TRNCCL_EFA_SLEEP=1)" : "");
 }
 

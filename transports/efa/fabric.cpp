@@ -7,6 +7,7 @@
 #include <rdma/fi_errno.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -17,6 +18,19 @@ namespace trnccl::efa {
 
 std::string fiError(const char* call, ssize_t rc) {
   return strformat("%s: %s (%zd)", call, fi_strerror(static_cast<int>(-rc)), rc);
+}
+
+const std::string& applyProviderDefaults() {
+  static const std::string applied = [] {
+    std::string set;
+    for (const auto& [name, value] : {std::pair{"FI_OFI_RXM_MSG_RX_SIZE", "256"}}) {
+      if (std::getenv(name)) continue;
+      setenv(name, value, 0);
+      set += strformat("%s%s=%s", set.empty() ? "" : " ", name, value);
+    }
+    return set;
+  }();
+  return applied;
 }
 
 namespace {
@@ -43,6 +57,7 @@ InfoPtr makeHints(const std::string& provider, bool rma) {
 // with utility providers layered on it ("tcp" with "tcp;ofi_rxm"), which the default order
 // tries separately.
 Result<InfoPtr> getInfo(const std::string& provider, bool rma, bool exact) {
+  applyProviderDefaults();
   InfoPtr hints = makeHints(provider, rma);
   if (!hints) return makeError(Code::kSystemError, "fi_allocinfo failed (out of memory)");
   fi_info* found = nullptr;
@@ -94,6 +109,7 @@ Result<std::vector<size_t>> nearDomains(const std::vector<fi_info*>& domains,
 }  // namespace
 
 std::string describeOffered() {
+  applyProviderDefaults();
   fi_info* all = nullptr;
   InfoPtr hints(fi_allocinfo());
   if (!hints) return "(fi_allocinfo failed)";

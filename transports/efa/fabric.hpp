@@ -61,6 +61,17 @@ inline void pinSocketProviders(const char* iface, bool overwrite) {
   for (const char* name : kSocketInterfaceVariables) setenv(name, iface, overwrite ? 1 : 0);
 }
 
+// libfabric settings trnccl chooses when the user has not: ofi_rxm's FI_OFI_RXM_MSG_RX_SIZE.
+// Unset, libfabric 1.17's rxm posts all 1024 buffers of its receive pool's first chunk to the
+// shared receive context, so the first repost grows the pool by another 1024 x 16 KiB chunk
+// (about 4200 page faults, 10-14 ms) at a random point 20-900 messages into the job: one row of
+// a `sendrecv_perf -w 5 -n 50` read 200 us instead of 12. With 256 posted it never grows.
+// Applied once per process, before its first fi_getinfo (libfabric reads provider variables
+// when it loads the providers; if something else in the process loaded them first, e.g. an
+// MPI library's ofi components, this comes too late and libfabric's value stays).
+// Returns what it set, e.g. "FI_OFI_RXM_MSG_RX_SIZE=256", or "" when the user's values stand.
+const std::string& applyProviderDefaults();
+
 // "fi_tsend: No data available (-61)".
 std::string fiError(const char* call, ssize_t rc);
 
