@@ -226,8 +226,8 @@ TEST(Efa, RxmReceivePoolDoesNotGrowUnderSteadyTraffic) {
       exchange(3000);
       const long faults = minorFaults() - before;
       if (f.empty() && faults > 1000)
-        f.add("rank %d: %ld page faults during 3000 8-byte exchanges (libfabric grew a pool)",
-              rank, faults);
+        f.add("rank %d: %ld page faults during 3000 8-byte exchanges (libfabric grew a pool)", rank,
+              faults);
       const char* depth = std::getenv("FI_OFI_RXM_MSG_RX_SIZE");
       const std::string expected = *userDepth ? userDepth : "256";
       if (!depth || expected != depth)
