@@ -32,7 +32,7 @@ done
   echo "the CPU time (user + system, whole process) rank 0 used while blocked, wake_us the delay"
   echo "from rank 1's arrival to rank 0's return, lat_us the median 8 B all-reduce. \"spin\" is"
   echo "TRNCCL_SPIN_TIME_US=-1 (the policy before the wait policy), \"sleep\" the default, and"
-  echo "over efa also TRNCCL_EFA_SLEEP=1 (opt-in: without it an efa wait yields like \"spin\")."
+  echo "over efa also TRNCCL_EFA_SLEEP=1 (the default; \"spin\" sets 0, which yields)."
   echo "Each run prints medians [min-max] over its 3 interleaved repeats."
   echo
   for round in $(seq 1 "$rounds"); do

@@ -164,6 +164,9 @@ class Communicator {
   int watchPauses_ = 64;  // pauses per pass while watching the awaited word (see wait)
   // A waiter sleeps once nothing moved for this long (TRNCCL_SPIN_TIME_US; -1 = never).
   int64_t sleepAfterNs_ = 1'000'000;
+  // Some efa peer runs on this machine (emulated nodes, loopback): a spinning wait yields
+  // every 16 passes so that such a peer, woken onto this core by our send, gets to run.
+  bool efaPeerOnThisMachine_ = false;
   // Every local rank can read every other's memory with CMA, and the segment's creator asked
   // for it (setupCma); cmaNote_ says why not, for the log.
   bool cmaReadable_ = false;

@@ -487,6 +487,10 @@ bool Communicator::oversubscribed() const {
 }
 
 void Communicator::adaptToCores() {
+  for (int r = 0; r < nranks_; ++r)
+    if (classOfPeer_[r] == topology::LinkClass::kEfa &&
+        peers_[r].machineHash == peers_[rank_].machineHash)
+      efaPeerOnThisMachine_ = true;
   // Oversubscribed, the peer a rank waits for is often not running: give the core away at the
   // first pass that finds nothing to do (as Open MPI does with more ranks than cores), unless
   // TRNCCL_SPIN_COUNT was set. 4 ranks on 2 cores, shm, 1 KiB-1 MiB, 10 interleaved rounds

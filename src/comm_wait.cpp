@@ -3,14 +3,11 @@
 // for TRNCCL_SPIN_TIME_US it sleeps on the node segment's doorbell (a futex that every store
 // a peer may wait for rings while someone sleeps), so that a rank blocked on a slower peer
 // leaves the core to that peer or to the training computation. Sleeps are bounded: health
-// checks (dead peers, TRNCCL_TIMEOUT) still run. A wait for an efa peer yields instead: its
-// completions ring no doorbell, and naps of 50 us to 1 ms between reads of the queues
-// measured 8-10 ms from the peer's send to the return over tcp;ofi_rxm, against 0.13 ms
-// spinning. With TRNCCL_EFA_SLEEP=1 it sleeps on the completion queues' wait descriptors
-// (poll, armed by fi_trywait), which network events make readable; off by default for the
-// costs measured (docs/PERFORMANCE.md); over a provider whose descriptor stays readable (net)
-// it naps on a timer instead (EfaTransport::wokeFor). When the blocked peer is unknown, naps
-// are short.
+// checks (dead peers, TRNCCL_TIMEOUT) still run. A wait for an efa peer sleeps on the
+// completion queues' wait descriptors instead (poll, armed by fi_trywait), which network events
+// make readable: its completions ring no doorbell. TRNCCL_EFA_SLEEP=0 keeps it yielding; over a
+// provider whose descriptor stays readable (net) it naps on a timer (EfaTransport::wokeFor).
+// When the blocked peer is unknown, naps are short.
 #include <sched.h>
 
 #include <algorithm>
@@ -144,6 +141,14 @@ Status Communicator::wait(const std::shared_ptr<Operation>& op, double timeoutSe
       for (int i = 0; i < watchPauses_ && hint.word->load(std::memory_order_acquire) == hint.seen;
            ++i)
         cpuRelax();
+    } else if (hint.overNetwork && efaPeerOnThisMachine_ && (polls & 15) == 0) {
+      // A socket's data wakes its reader on the sender's core (the kernel expects the sender
+      // to sleep next): a peer on this machine that slept on the network queues behind this
+      // spinning rank until it yields. Spinning the whole budget (2000 passes, milliseconds
+      // over tcp) made such wake-ups 0.13-3.8 ms late (wait_perf, TRNCCL_EFA_SLEEP=1, 2 ranks
+      // over tcp;ofi_rxm); yielding every 64 passes 0.14-0.58 ms, every 16 0.14-0.31 ms. No
+      // cost seen in 8 B sendrecv/all-reduce latency (3 alternating rounds, net and tcp).
+      sched_yield();
     } else {
       cpuRelax();
     }

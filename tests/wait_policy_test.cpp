@@ -1,9 +1,9 @@
 // The wait policy (src/comm_wait.cpp) through the public API on real rank processes: a rank
 // blocked on a slow peer of its node sleeps instead of burning its core (also in a
 // communicator with efa peers), and it still wakes as soon as the peer arrives (the doorbell,
-// not the nap's timeout); a wait for an efa peer still completes (it yields, it does not
-// sleep); abort from another thread wakes a sleeping waiter. CPU bounds are generous: the
-// machine is shared.
+// not the nap's timeout); a rank blocked on an efa peer sleeps on the network (or yields, when
+// told not to sleep) and wakes soon after the peer's data even while that peer spins; abort
+// from another thread wakes a sleeping waiter. CPU bounds are generous: the machine is shared.
 #include <gtest/gtest.h>
 #include <time.h>
 
@@ -76,27 +76,26 @@ TEST(WaitPolicy, BlockedRankSleepsOverShm) {
   blockedRankCpu(false, 0.4);  // the target is 10% of a core (0.2 s); spinning would take ~2 s
 }
 
-// By default a wait for an efa peer does not sleep (comm_wait.cpp says why): it still completes.
-TEST(WaitPolicy, BlockedOnAnEfaPeerStillCompletes) {
-  unsetenv("TRNCCL_EFA_SLEEP");
+// With TRNCCL_EFA_SLEEP=0 a wait for an efa peer yields instead of sleeping: it still completes.
+TEST(WaitPolicy, BlockedOnAnEfaPeerStillCompletesWhenToldNotToSleep) {
+  setenv("TRNCCL_EFA_SLEEP", "0", 1);
   blockedRankCpu(true, 10.0);
+  unsetenv("TRNCCL_EFA_SLEEP");
 }
 
-// With TRNCCL_EFA_SLEEP=1 it sleeps on the completion queues' wait descriptors: little CPU,
-// and the right result once the peer arrives.
-TEST(WaitPolicy, BlockedOnAnEfaPeerSleepsWhenAskedTo) {
-  setenv("TRNCCL_EFA_SLEEP", "1", 1);
-  blockedRankCpu(true, 0.4);
+// By default it sleeps on the completion queues' wait descriptors: little CPU, and the right
+// result once the peer arrives.
+TEST(WaitPolicy, BlockedOnAnEfaPeerSleeps) {
   unsetenv("TRNCCL_EFA_SLEEP");
+  blockedRankCpu(true, 0.4);
 }
 
 // libfabric 1.17's net provider (trnccl's default over TCP) offers a wait descriptor that is
 // readable once peers connect: sleeping on it spun (2.0 s of CPU in 2 s). After 64 wake-ups
 // in a row that bring nothing the wait naps on a timer instead: little CPU there too.
-TEST(WaitPolicy, BlockedOnANetPeerNapsWhenAskedToSleep) {
-  setenv("TRNCCL_EFA_SLEEP", "1", 1);
-  blockedRankCpu(true, 0.4, "net");
+TEST(WaitPolicy, BlockedOnANetPeerNaps) {
   unsetenv("TRNCCL_EFA_SLEEP");
+  blockedRankCpu(true, 0.4, "net");
 }
 
 // With efa peers in the communicator, a wait for a peer of its own node still sleeps: 2
@@ -155,6 +154,42 @@ TEST(WaitPolicy, SleepingRankWakesWhenThePeerArrives) {
               "median wake delay %.3f ms after the peer arrived (min %.3f, max %.3f): the "
               "doorbell did not wake the sleeper",
               median, delaysMs.front(), delaysMs.back());
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// Data arriving on a socket wakes its reader on the sender's core (the kernel expects the
+// sender to sleep next). When the sender instead spins, waiting for the woken rank's next
+// message, the woken rank runs only once that spin ends: 1-4 ms late over tcp;ofi_rxm, until
+// a wait for an efa peer on the same machine yielded every 16 passes. Rank 1 arrives 20 ms late
+// and at once needs rank 0 again in a second all-reduce; rank 0 sleeps on the network
+// (TRNCCL_SPIN_TIME_US=0) and its delay from rank 1's arrival to its return is the wake-up.
+TEST(WaitPolicy, RankSleepingOnTheNetworkWakesWhileItsPeerSpins) {
+  auto outcomes = withComm(
+      2,
+      [](int) {
+        useEfa("tcp;ofi_rxm");
+        setenv("TRNCCL_SPIN_TIME_US", "0", 1);
+      },
+      [](Failures& f, trncclComm_t comm, int rank, int) {
+        std::vector<double> delaysMs;
+        int64_t x = 1;
+        for (int i = 0; i < 16 && f.empty(); ++i) {
+          if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          int64_t arrival = rank == 1 ? monotonicNs() : 0;
+          if (trncclAllReduce(&arrival, &arrival, 1, trncclInt64, trncclSum, comm) !=
+                  trncclSuccess ||
+              trncclAllReduce(&x, &x, 1, trncclInt64, trncclMax, comm) != trncclSuccess)
+            f.add("all-reduce %d failed: %s", i, trncclGetLastError(nullptr));
+          else if (rank == 0 && i > 0)  // the first call also connects the peers
+            delaysMs.push_back((monotonicNs() - arrival) / 1e6);
+        }
+        if (rank != 0 || !f.empty()) return;
+        std::sort(delaysMs.begin(), delaysMs.end());
+        const double median = delaysMs[delaysMs.size() / 2];
+        if (median > 1.0)
+          f.add("median wake delay %.3f ms after the peer arrived (min %.3f, max %.3f)", median,
+                delaysMs.front(), delaysMs.back());
       });
   EXPECT_ALL_RANKS_OK(outcomes);
 }

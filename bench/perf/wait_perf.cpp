@@ -1,10 +1,10 @@
 // What waiting costs: the CPU time of a rank blocked on a late peer, how soon it returns once
 // the peer arrives, and the 8 B all-reduce latency, for the spinning policy
 // (TRNCCL_SPIN_TIME_US=-1) and the sleeping one (the spin time given, default the library's;
-// over efa with TRNCCL_EFA_SLEEP=1, which is opt-in) side by side in one run, over shm and over
-// efa (tcp;ofi_rxm on loopback). Each
-// (transport, policy) gets its own communicator, split from the launch one after setting the
-// variables, and the repeats interleave the policies.
+// over efa TRNCCL_EFA_SLEEP=1, the default, against 0 in the spinning row) side by side in
+// one run, over shm and over efa (tcp;ofi_rxm on loopback). Each (transport, policy) gets its
+// own communicator, split from the launch one after setting the variables, and the repeats
+// interleave the policies.
 //   trnccl-run -np 2 wait_perf [-l SECONDS] [-R REPEATS] [-s SPIN_US] [-t shm,efa] [-n ITERS]
 #include <getopt.h>
 #include <sys/resource.h>
@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
         if (transport == "efa") {
           setenv("TRNCCL_TRANSPORT", "efa", 1);
           setenv("TRNCCL_FI_PROVIDER", "tcp;ofi_rxm", 1);
-          // Sleeping on an efa peer is opt-in: the sleep row shows it, spin is the default.
+          // The sleep row is the default (sleeping on the network); spin yields instead.
           setenv("TRNCCL_EFA_SLEEP", policies[p] == "spin" ? "0" : "1", 1);
         } else {
           unsetenv("TRNCCL_TRANSPORT");

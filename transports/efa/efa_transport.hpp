@@ -41,7 +41,7 @@ struct EfaOptions {
   // (0 = no cap): tests reach a full budget with a few messages instead of hundreds of MiB.
   size_t maxQueued = 0;
   // Completion queues with a wait descriptor, so that a rank blocked on a peer can sleep
-  // (armSleep/sleep below). Set with TRNCCL_EFA_SLEEP=1 when the wait policy sleeps at all
+  // (armSleep/sleep below). Set unless TRNCCL_EFA_SLEEP=0, when the wait policy sleeps at all
   // (TRNCCL_SPIN_TIME_US >= 0).
   bool waitObject = false;
 
