@@ -198,7 +198,8 @@ long minorFaults() {
 // buffers and grows the pool by another 16 MiB (about 4200 page faults, 10-14 ms) at a random
 // point in the first few hundred messages: a stall in a user's timed loop. trnccl sets
 // FI_OFI_RXM_MSG_RX_SIZE when the user has not (and keeps the user's value when they have), so
-// 3000 small exchanges after a short warm-up fault in no new pool.
+// 3000 small exchanges after a short warm-up fault in no new pool. Runs in its own process
+// (meson test efa_rxm_defaults): libfabric reads the variable once, when it loads.
 TEST(Efa, RxmReceivePoolDoesNotGrowUnderSteadyTraffic) {
   for (const char* userDepth : {"", "64"}) {
     auto outcomes = runRanks(2, [userDepth](int rank, int n, const trncclUniqueId& id) {
@@ -225,7 +226,7 @@ TEST(Efa, RxmReceivePoolDoesNotGrowUnderSteadyTraffic) {
       const long before = minorFaults();
       exchange(3000);
       const long faults = minorFaults() - before;
-      if (f.empty() && faults > 1000)
+      if (f.empty() && faults > 2500)  // sanitizers add about 1100; a grown pool 4200
         f.add("rank %d: %ld page faults during 3000 8-byte exchanges (libfabric grew a pool)", rank,
               faults);
       const char* depth = std::getenv("FI_OFI_RXM_MSG_RX_SIZE");
