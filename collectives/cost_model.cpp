@@ -154,10 +154,11 @@ double direct(CollKind kind, double bytes, const PlanShape& s, const CostParams&
   const double rounds = std::max(1.0, std::ceil(perRank / static_cast<double>(s.windowBytes)));
   // The single-copy forms (CMA, collectives/direct_rounds.hpp): two synchronisations, and each
   // byte of a rank's output copied once (a CMA read is modeled at the host's copy speed; an
-  // in-place all-to-all also stages its input once, which this leaves out).
-  const double block = kind == CollKind::kAllToAll ? bytes / n : perRank;
-  const bool cma = (kind == CollKind::kAllGather || kind == CollKind::kAllToAll ||
-                    kind == CollKind::kBroadcast) &&
+  // in-place all-to-all also stages its input once, which this leaves out). All-to-all-v goes
+  // by its largest block, which the model takes as the mean one.
+  const bool toAll = kind == CollKind::kAllToAll || kind == CollKind::kAllToAllv;
+  const double block = toAll ? bytes / n : perRank;
+  const bool cma = (kind == CollKind::kAllGather || toAll || kind == CollKind::kBroadcast) &&
                    readsByCma(kind, static_cast<size_t>(block), s.cma, s.oversubscribed);
   if (cma) return 2 * sync + c.stepUs + copyUs(c, bytes);
   switch (kind) {

@@ -1,6 +1,6 @@
 // CMA (single copy) on real rank processes: where the kernel lets ranks read each other (this
-// machine) the direct all-to-all reads each peer's block out of its buffer (the traffic
-// counters count CMA reads as received messages, and do not count window reads),
+// machine) the direct all-to-all and all-to-all-v read each peer's block out of its buffer
+// (the traffic counters count CMA reads as received messages, and do not count window reads),
 // TRNCCL_CMA=0 on the node's local rank 0 turns it off for every rank of the node, and blocks
 // of TRNCCL_CMA_MAX_BYTES and more go through the windows. The results of every single-copy
 // schedule are checked against the serial reference by collectives_test's "cma"
@@ -113,6 +113,70 @@ TEST(Cma, BlocksFromTheMaxBytesOnTakeTheWindows) {
 }
 TEST(Cma, BlocksBelowTheMaxBytesAreRead) {
   allToAllReads(nullptr, nullptr, true, "2M");
+}
+
+// A 3-rank all-to-all-v whose blocks differ in size (rank r sends (r + 2q + 1) * unit floats
+// to rank q, at displacements with gaps): when the largest block anywhere is in the CMA band
+// every block is read out of the sender's buffer, one read per non-empty block, however small;
+// when it is not, the windows carry every block and nothing is counted. The data is checked
+// either way (collectives_test's "cma" configuration sweeps every type and layout).
+void allToAllvReads(size_t unit, bool expectCma) {
+  auto outcomes = withComm(
+      3,
+      [](int) {
+        setenv("TRNCCL_ALGO", "direct", 1);
+        setenv("TRNCCL_CMA_MAX_BYTES", "1G", 1);
+      },
+      [&](Failures& f, trncclComm_t comm, int rank, int n) {
+        auto countOf = [&](int from, int to) { return (from + 2 * to + 1) * unit; };
+        std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+        size_t sendExtent = 0, recvExtent = 0;
+        for (int q = 0; q < n; ++q) {
+          sc[q] = countOf(rank, q), sd[q] = sendExtent, sendExtent += sc[q] + 5;
+          rc[q] = countOf(q, rank), rd[q] = recvExtent, recvExtent += rc[q] + 5;
+        }
+        std::vector<float> send(sendExtent), recv(recvExtent, -1.0f);
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < sc[q]; ++i)
+            send[sd[q] + i] = static_cast<float>(rank * 1000003 + q * 1009 + i);
+        if (trncclAllToAllv(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(),
+                            trncclFloat32, comm) != trncclSuccess) {
+          f.add("all-to-all-v failed: %s", trncclGetLastError(nullptr));
+          return;
+        }
+        for (int q = 0; q < n; ++q) {
+          for (size_t i = 0; i < rc[q]; ++i)
+            if (recv[rd[q] + i] != static_cast<float>(q * 1000003 + rank * 1009 + i)) {
+              f.add("block from %d element %zu is %g", q, i, recv[rd[q] + i]);
+              return;
+            }
+          if (recv[rd[q] + rc[q]] != -1.0f) f.add("the gap after block %d was written", q);
+        }
+        std::vector<trncclPeerTraffic_t> traffic(n);
+        int count = 0;
+        if (trncclCommGetPeerTraffic(comm, traffic.data(), n, &count) != trncclSuccess) {
+          f.add("traffic: %s", trncclGetLastError(comm));
+          return;
+        }
+        for (int q = 0; q < n; ++q) {
+          if (q == rank) continue;
+          const unsigned long long want = expectCma ? rc[q] * sizeof(float) : 0;
+          if (traffic[q].recvBytes != want || traffic[q].recvMessages != (expectCma ? 1u : 0u))
+            f.add("from rank %d: %llu bytes in %llu reads, expected %llu bytes (CMA %s)", q,
+                  traffic[q].recvBytes, traffic[q].recvMessages, want, expectCma ? "on" : "off");
+        }
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// Largest block 6 x 16 Ki floats = 384 KiB, smallest 64 KiB: all read by CMA.
+TEST(Cma, AllToAllvReadsEveryBlockWhenTheLargestIsInTheBand) {
+  allToAllvReads(16 << 10, true);
+}
+
+// Largest block 6 x 1 Ki floats = 24 KiB, below TRNCCL_CMA_MIN_BYTES (64 KiB): the windows.
+TEST(Cma, AllToAllvBelowTheBandTakesTheWindows) {
+  allToAllvReads(1 << 10, false);
 }
 
 // Init's rule for the largest block (shm::cmaMaxBytes).

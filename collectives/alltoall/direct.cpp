@@ -1,9 +1,10 @@
 // All-to-all(v) over shared windows. Tiny all-to-all blocks go through the small-message lines
-// instead (one line-aligned block per peer). A window slot is split into one sub-block per
-// destination; each round stages the next sub-block of every outgoing block, and every rank copies
-// its sub-block out of every peer's window. All-to-all-v first publishes each rank's send sizes, so
-// that receivers check them against their receive counts and all ranks agree on the number of
-// rounds (the largest block anywhere decides it).
+// instead (one line-aligned block per peer), and blocks in the CMA band are read straight out of
+// the peers' send buffers (single copy). A window slot is split into one sub-block per
+// destination; each round stages the next sub-block of every outgoing block, and every rank
+// copies its sub-block out of every peer's window. All-to-all-v first publishes each rank's
+// send sizes and offsets, so that receivers check them against their receive counts and all
+// ranks agree on the form and the number of rounds (the largest block anywhere decides both).
 #include <memory>
 
 #include "collectives/direct_rounds.hpp"
@@ -115,16 +116,21 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   }
   auto blocks = std::make_shared<Blocks>();
   fillBlocks(a, c.nranks, blocks.get());
-  // All-to-all-v: publish sizes, synchronise, then plan the rounds from what peers said.
+  // All-to-all-v: publish sizes (and where each block starts, for peers that read it with CMA),
+  // synchronise, then plan from what peers said: single copy when the largest block anywhere
+  // is in the CMA band, else rounds through the windows (the largest block decides their
+  // number). Every rank sees the same descriptors, so all take the same form.
   size_t maxSend = 0;
   for (size_t bytes : blocks->sendBytes) maxSend = std::max(maxSend, bytes);
   shm::OpDescriptor descriptor = describe(a);
   descriptor.extra = maxSend;
+  descriptor.sendAddress = reinterpret_cast<uint64_t>(a.sendbuff);
+  shm::findSharedRegion(a.sendbuff, &descriptor.sendRegion);
   b.publishDescriptor(descriptor);
   const uint64_t seq = b.schedule().descriptor.seq;
   b.callback([blocks, c, seq](ScheduleBuilder&) {
-    uint64_t* table = c.segment->sendBytesTable(c.rank, seq);
-    for (int q = 0; q < c.nranks; ++q) table[q] = blocks->sendBytes[q];
+    shm::SendBlock* table = c.segment->sendTable(c.rank, seq);
+    for (int q = 0; q < c.nranks; ++q) table[q] = {blocks->sendBytes[q], blocks->sendOffset[q]};
     return Status::ok();
   });
   b.waitAll(b.post());
@@ -135,7 +141,7 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
     for (int q = 0; q < c.nranks; ++q) {
       const shm::OpDescriptor& d = c.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots];
       globalMax = std::max<size_t>(globalMax, d.extra);
-      uint64_t theySend = c.segment->sendBytesTable(q, seq)[c.rank];
+      uint64_t theySend = c.segment->sendTable(q, seq)[c.rank].bytes;
       if (theySend != blocks->recvBytes[q]) {
         size_t esize = elementSize(args);
         return makeError(Code::kInvalidUsage,
@@ -145,7 +151,19 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
                          static_cast<unsigned long long>(theySend / esize));
       }
     }
-    exchangeRounds(later, args, c, blocks.get(), ceilDiv(globalMax, sub), false);
+    if (!c.readsByCma(CollKind::kAllToAllv, globalMax)) {
+      exchangeRounds(later, args, c, blocks.get(), ceilDiv(globalMax, sub), false);
+      return Status::ok();
+    }
+    // In place is refused for all-to-all-v (api/validate.cpp), so peers read send buffers
+    // nobody writes during the call.
+    for (int q = 0; q < c.nranks; ++q)
+      if (q != c.rank)
+        later.cmaRead(byteAt(args.recvbuff, blocks->recvOffset[q]), q,
+                      c.segment->sendTable(q, seq)[c.rank].offset, blocks->recvBytes[q]);
+    later.copy(byteAt(args.recvbuff, blocks->recvOffset[c.rank]),
+               byteAt(args.sendbuff, blocks->sendOffset[c.rank]), blocks->recvBytes[c.rank]);
+    later.waitAll(later.post());  // peers are done reading this rank's buffer
     return Status::ok();
   });
   return Status::ok();

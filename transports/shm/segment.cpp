@@ -21,7 +21,7 @@ constexpr uint64_t kMagic = 0x74726e6363534847ULL;  // "trnccSHG"
 }  // namespace
 
 size_t Segment::layout(const SegmentParams& p, uint64_t* rankAreaBytes, uint64_t* ringBytes) {
-  size_t descriptors = sizeof(RankArea) + sizeof(uint64_t) * kDescriptorSlots * p.localSize;
+  size_t descriptors = sizeof(RankArea) + sizeof(SendBlock) * kDescriptorSlots * p.localSize;
   *rankAreaBytes = alignUp(descriptors, 4096) + kWindowSlots * alignUp(p.windowBytes, 4096);
   *ringBytes = sizeof(RingHeader) + p.ringSlots * (kSlotHeaderBytes + p.ringSlotBytes);
   *ringBytes = alignUp(*ringBytes, 4096);
@@ -189,15 +189,15 @@ void Segment::lingerForLateAttachers() const {
   }
 }
 
-uint64_t* Segment::sendBytesTable(int localRank, uint64_t seq) const {
+SendBlock* Segment::sendTable(int localRank, uint64_t seq) const {
   auto* table =
-      reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(rankArea(localRank)) + sizeof(RankArea));
+      reinterpret_cast<SendBlock*>(reinterpret_cast<char*>(rankArea(localRank)) + sizeof(RankArea));
   return table + (seq % kDescriptorSlots) * header_->params.localSize;
 }
 
 char* Segment::window(int localRank, int slot) const {
   const SegmentParams& p = header_->params;
-  size_t descriptors = sizeof(RankArea) + sizeof(uint64_t) * kDescriptorSlots * p.localSize;
+  size_t descriptors = sizeof(RankArea) + sizeof(SendBlock) * kDescriptorSlots * p.localSize;
   return reinterpret_cast<char*>(rankArea(localRank)) + alignUp(descriptors, 4096) +
          slot * alignUp(p.windowBytes, 4096);
 }

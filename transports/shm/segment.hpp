@@ -36,6 +36,13 @@ struct OpDescriptor {
   SharedRegion sendRegion;
 };
 
+// One rank's block for one peer in an all-to-all-v: its size, and where it starts in the
+// sender's buffer (for peers that read it there, with CMA).
+struct SendBlock {
+  uint64_t bytes;
+  uint64_t offset;
+};
+
 struct SegmentParams {
   uint32_t localSize = 0;
   uint32_t ringSlots = 8;
@@ -171,7 +178,8 @@ class Segment {
     auto* c = static_cast<const char*>(p);
     return c >= base_ && c < base_ + mappedBytes_;
   }
-  uint64_t* sendBytesTable(int localRank, uint64_t seq) const;
+  // What a rank sends each peer in the all-to-all-v with this seq (one entry per local rank).
+  SendBlock* sendTable(int localRank, uint64_t seq) const;
   char* window(int localRank, int slot) const;
   RingHeader* ring(int fromLocal, int toLocal) const;
   char* ringSlot(int fromLocal, int toLocal, uint64_t index) const;  // SlotHeader then data
