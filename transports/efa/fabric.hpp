@@ -70,6 +70,9 @@ inline void pinSocketProviders(const char* iface, bool overwrite) {
 // when it loads the providers; if something else in the process loaded them first, e.g. an
 // MPI library's ofi components, this comes too late and libfabric's value stays).
 // Returns what it set, e.g. "FI_OFI_RXM_MSG_RX_SIZE=256", or "" when the user's values stand.
+// setenv races with getenv on other threads: this runs once, inside the first efa
+// communicator's init; a program that initialises communicators on several threads at once and
+// reads its environment meanwhile should set the variable itself.
 const std::string& applyProviderDefaults();
 
 // "fi_tsend: No data available (-61)".
