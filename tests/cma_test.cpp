@@ -179,6 +179,59 @@ TEST(Cma, AllToAllvBelowTheBandTakesTheWindows) {
   allToAllvReads(1 << 10, false);
 }
 
+// The direct all-to-all-v with counts that disagree, through the windows (small blocks) and by
+// CMA (large ones): 3 ranks, rank 1 sends rank 0 one element more than rank 0 expects, and rank
+// 2's own send and receive counts for itself differ. Ranks 0 and 2 report the mismatch naming
+// the counts; no rank writes past a receive block (the first round is staged before the sizes
+// are checked, so this also checks that it copies nothing past the smaller count).
+void allToAllvMismatch(size_t unit) {
+  auto outcomes = runRanks(
+      3,
+      [&](int rank, int n, const trncclUniqueId& id) -> std::string {
+        setenv("TRNCCL_ALGO", "direct", 1);
+        setenv("TRNCCL_CMA_MAX_BYTES", "1G", 1);
+        setenv("TRNCCL_TIMEOUT", "10", 1);
+        trncclComm_t comm = nullptr;
+        std::string error = initComm(&comm, n, id, rank);
+        if (!error.empty()) return error;
+        std::vector<size_t> sc(n, unit), rc(n, unit), sd(n), rd(n);
+        if (rank == 1) sc[0] = unit + 1;
+        if (rank == 2) sc[2] = unit + 1;
+        const size_t room = 2 * unit + 8;
+        for (int q = 0; q < n; ++q) sd[q] = rd[q] = q * room;
+        std::vector<float> in(room * n, static_cast<float>(rank)), out(room * n, -7.0f);
+        trncclResult_t result = trncclAllToAllv(in.data(), sc.data(), sd.data(), out.data(),
+                                                rc.data(), rd.data(), trncclFloat32, comm);
+        const std::string text = trncclGetLastError(comm);
+        std::string failures;
+        if (rank != 1 && result == trncclSuccess)
+          failures += "the mismatched all-to-all-v succeeded; ";
+        const std::string want = rank == 0
+                                     ? "but rank 1 sends sendcounts[0]=" + std::to_string(unit + 1)
+                                     : "but rank 2 sends sendcounts[2]=" + std::to_string(unit + 1);
+        if (rank != 1 && text.find(want) == std::string::npos)
+          failures += "unexpected error: " + text + "; ";
+        for (int q = 0; q < n; ++q)
+          for (size_t i = rd[q] + unit; i < rd[q] + room; ++i)
+            if (out[i] != -7.0f) {
+              failures += "wrote past the block from rank " + std::to_string(q) + "; ";
+              break;
+            }
+        trncclCommAbort(comm);
+        return failures.empty() ? "" : "rank " + std::to_string(rank) + ": " + failures;
+      },
+      60);
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(Cma, AllToAllvWithMismatchedCountsFailsThroughTheWindows) {
+  allToAllvMismatch(1000);  // 4 KB blocks
+}
+
+TEST(Cma, AllToAllvWithMismatchedCountsFailsInTheSingleCopyForm) {
+  allToAllvMismatch(64 << 10);  // 256 KiB blocks
+}
+
 // Init's rule for the largest block (shm::cmaMaxBytes).
 TEST(Cma, MaxBytesFollowsTheKernelsCopySpeed) {
   constexpr uint64_t kStream = 8 << 20, kNone = UINT64_MAX;
