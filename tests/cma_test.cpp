@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,25 @@
 
 namespace trnccl::testing {
 namespace {
+
+// What this rank read from each peer, by the traffic counters: one CMA read of bytesFrom(q)
+// bytes per peer when CMA is expected, nothing otherwise (window reads are not counted).
+void expectReads(Failures& f, trncclComm_t comm, int rank, int n, bool expectCma,
+                 const std::function<size_t(int)>& bytesFrom) {
+  std::vector<trncclPeerTraffic_t> traffic(n);
+  int count = 0;
+  if (trncclCommGetPeerTraffic(comm, traffic.data(), n, &count) != trncclSuccess) {
+    f.add("traffic: %s", trncclGetLastError(comm));
+    return;
+  }
+  for (int q = 0; q < n; ++q) {
+    if (q == rank) continue;
+    const unsigned long long want = expectCma ? bytesFrom(q) : 0;
+    if (traffic[q].recvBytes != want || traffic[q].recvMessages != (expectCma ? 1u : 0u))
+      f.add("from rank %d: %llu bytes in %llu reads, expected %llu bytes (CMA %s)", q,
+            traffic[q].recvBytes, traffic[q].recvMessages, want, expectCma ? "on" : "off");
+  }
+}
 
 // A 3-rank direct all-to-all of 1 MiB blocks (all-to-all keeps the 64 KiB threshold when
 // ranks outnumber cores, as 3 do on a 2-core machine); every rank checks the data and what it
@@ -50,19 +70,7 @@ void allToAllReads(const char* rank0Cma, const char* othersCma, bool expectCma,
               f.add("block %d element %zu is %g", q, i, recv[q * kCount + i]);
               return;
             }
-        std::vector<trncclPeerTraffic_t> traffic(n);
-        int count = 0;
-        if (trncclCommGetPeerTraffic(comm, traffic.data(), n, &count) != trncclSuccess) {
-          f.add("traffic: %s", trncclGetLastError(comm));
-          return;
-        }
-        for (int q = 0; q < n; ++q) {
-          if (q == rank) continue;
-          const unsigned long long want = expectCma ? kCount * sizeof(float) : 0;
-          if (traffic[q].recvBytes != want || traffic[q].recvMessages != (expectCma ? 1u : 0u))
-            f.add("from rank %d: %llu bytes in %llu reads, expected %llu bytes (CMA %s)", q,
-                  traffic[q].recvBytes, traffic[q].recvMessages, want, expectCma ? "on" : "off");
-        }
+        expectReads(f, comm, rank, n, expectCma, [&](int) { return kCount * sizeof(float); });
       });
   EXPECT_ALL_RANKS_OK(outcomes);
 }
@@ -152,19 +160,7 @@ void allToAllvReads(size_t unit, bool expectCma) {
             }
           if (recv[rd[q] + rc[q]] != -1.0f) f.add("the gap after block %d was written", q);
         }
-        std::vector<trncclPeerTraffic_t> traffic(n);
-        int count = 0;
-        if (trncclCommGetPeerTraffic(comm, traffic.data(), n, &count) != trncclSuccess) {
-          f.add("traffic: %s", trncclGetLastError(comm));
-          return;
-        }
-        for (int q = 0; q < n; ++q) {
-          if (q == rank) continue;
-          const unsigned long long want = expectCma ? rc[q] * sizeof(float) : 0;
-          if (traffic[q].recvBytes != want || traffic[q].recvMessages != (expectCma ? 1u : 0u))
-            f.add("from rank %d: %llu bytes in %llu reads, expected %llu bytes (CMA %s)", q,
-                  traffic[q].recvBytes, traffic[q].recvMessages, want, expectCma ? "on" : "off");
-        }
+        expectReads(f, comm, rank, n, expectCma, [&](int q) { return rc[q] * sizeof(float); });
       });
   EXPECT_ALL_RANKS_OK(outcomes);
 }

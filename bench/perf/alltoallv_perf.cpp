@@ -4,18 +4,11 @@
 // form (trncclAllToAllv refuses it). See perf/harness.hpp.
 #include <vector>
 
-#include "perf/check_data.hpp"
 #include "perf/harness.hpp"
 
 namespace {
 
 using trnccl::bench::PerfCall;
-
-// size = a rank's whole buffer; count = elements to and from each peer.
-void shape(size_t bytes, size_t esize, int n, size_t* count, size_t* sendElems, size_t* recvElems) {
-  *count = bytes / (esize * n);
-  *sendElems = *recvElems = *count * n;
-}
 
 // Equal counts, packed displacements; rebuilt only when the call's shape changes.
 struct Layout {
@@ -57,23 +50,18 @@ int runMpi(const PerfCall& c, const void* send, void* recv, MPI_Datatype type, M
                        l.mpiDispls.data(), type, MPI_COMM_WORLD);
 }
 
-void expected(const PerfCall& c, std::vector<char>& send, std::vector<char>& want) {
-  size_t esize = trnccl::bench::elementBytes(c.dtype), block = c.count * esize;
-  trnccl::bench::fillRank(c.dtype, trncclSum, c.rank, c.count * c.nranks, send.data());
-  want.resize(block * c.nranks);
-  std::vector<char> peer(block * c.nranks);
-  for (int q = 0; q < c.nranks; ++q) {
-    trnccl::bench::fillRank(c.dtype, trncclSum, q, c.count * c.nranks, peer.data());
-    std::copy(peer.begin() + c.rank * block, peer.begin() + (c.rank + 1) * block,
-              want.begin() + q * block);
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const trnccl::bench::PerfCollective allToAllv = {
-      "alltoallv", false,    false,   shape,    trnccl::bench::busFactorShared,
-      run,         runAsync, nullptr, expected, runMpi};
+  static const trnccl::bench::PerfCollective allToAllv = {"alltoallv",
+                                                          false,
+                                                          false,
+                                                          trnccl::bench::blockPerPeerShape,
+                                                          trnccl::bench::busFactorShared,
+                                                          run,
+                                                          runAsync,
+                                                          nullptr,
+                                                          trnccl::bench::blockPerPeerExpected,
+                                                          runMpi};
   return trnccl::bench::perfMain(argc, argv, allToAllv);
 }

@@ -335,6 +335,24 @@ void wholeBufferShape(size_t bytes, size_t esize, int, size_t* count, size_t* se
   *count = *sendElems = *recvElems = bytes / esize;
 }
 
+void blockPerPeerShape(size_t bytes, size_t esize, int n, size_t* count, size_t* sendElems,
+                       size_t* recvElems) {
+  *count = bytes / (esize * n);
+  *sendElems = *recvElems = *count * n;
+}
+
+void blockPerPeerExpected(const PerfCall& c, std::vector<char>& send, std::vector<char>& want) {
+  size_t esize = elementBytes(c.dtype), block = c.count * esize;
+  fillRank(c.dtype, trncclSum, c.rank, c.count * c.nranks, send.data());
+  want.resize(block * c.nranks);
+  std::vector<char> peer(block * c.nranks);
+  for (int q = 0; q < c.nranks; ++q) {
+    fillRank(c.dtype, trncclSum, q, c.count * c.nranks, peer.data());
+    std::copy(peer.begin() + c.rank * block, peer.begin() + (c.rank + 1) * block,
+              want.begin() + q * block);
+  }
+}
+
 int perfMain(int argc, char** argv, const PerfCollective& coll) {
   std::string tool = std::string(coll.name) + "_perf";
   Options o;

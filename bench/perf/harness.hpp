@@ -52,6 +52,13 @@ int perfMain(int argc, char** argv, const PerfCollective& collective);
 // Send and receive buffers both hold the whole size (all-reduce, broadcast, reduce, sendrecv).
 void wholeBufferShape(size_t bytes, size_t esize, int nranks, size_t* count, size_t* sendElems,
                       size_t* recvElems);
+// A block of `count` elements to and from each peer; size = a rank's whole buffer (all-to-all,
+// all-to-all-v with equal counts).
+void blockPerPeerShape(size_t bytes, size_t esize, int nranks, size_t* count, size_t* sendElems,
+                       size_t* recvElems);
+// What such an exchange delivers: block `rank` of every peer's checkable send buffer, in peer
+// order.
+void blockPerPeerExpected(const PerfCall& call, std::vector<char>& send, std::vector<char>& want);
 inline double busFactorOne(int) {
   return 1.0;
 }
