@@ -15,14 +15,14 @@
 namespace trnccl {
 
 // Each phase is a callable (int slot, size_t round). Phases are template arguments, not
-// std::function, so building a schedule does not allocate per phase.
+// std::function, so building a schedule does not allocate per phase. Rounds first..rounds-1
+// (directRoundsFrom: a schedule that ran round 0 itself, as all-to-all-v does).
 template <typename... Phases>
-void directRounds(ScheduleBuilder& b, const CollArgs& a, size_t rounds, bool publish,
-                  const Phases&... phases) {
+void directRoundsFrom(ScheduleBuilder& b, const CollArgs& a, size_t first, size_t rounds,
+                      bool publish, const Phases&... phases) {
   if (publish) b.publishDescriptor(describe(a));
-  rounds = std::max<size_t>(rounds, 1);  // an empty call still checks that peers agree
   constexpr size_t kPhases = sizeof...(Phases);
-  for (size_t k = 0; k < rounds; ++k) {
+  for (size_t k = first; k < rounds; ++k) {
     int slot = b.acquireSlot();
     size_t index = 0;
     auto runPhase = [&](const auto& phase) {
@@ -36,6 +36,13 @@ void directRounds(ScheduleBuilder& b, const CollArgs& a, size_t rounds, bool pub
     };
     (runPhase(phases), ...);
   }
+}
+
+template <typename... Phases>
+void directRounds(ScheduleBuilder& b, const CollArgs& a, size_t rounds, bool publish,
+                  const Phases&... phases) {
+  // An empty call still runs a round: it checks that peers agree.
+  directRoundsFrom(b, a, 0, std::max<size_t>(rounds, 1), publish, phases...);
 }
 
 // The single-copy form (CMA): every rank publishes its send buffer's address with the call's

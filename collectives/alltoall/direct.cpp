@@ -66,13 +66,18 @@ void copyOutRound(ScheduleBuilder& b, const CollArgs& a, const CommView& c, cons
              roundPart(sub, blocks->recvBytes[q], k));
 }
 
-// `blocks` is read only while the rounds are built.
+// Rounds first..rounds-1 (at least round 0 when first is 0). `blocks` is read only while the
+// rounds are built.
 void exchangeRounds(ScheduleBuilder& b, const CollArgs& a, const CommView& c, const Blocks* blocks,
-                    size_t rounds, bool publish) {
-  directRounds(
-      b, a, rounds, publish,
-      [&](int slot, size_t k) { stageRound(b, a, c, blocks, slot, k, blocks->recvBytes[c.rank]); },
-      [&](int slot, size_t k) { copyOutRound(b, a, c, blocks, slot, k); });
+                    size_t first, size_t rounds, bool publish) {
+  auto stage = [&](int slot, size_t k) {
+    stageRound(b, a, c, blocks, slot, k, blocks->recvBytes[c.rank]);
+  };
+  auto copyOut = [&](int slot, size_t k) { copyOutRound(b, a, c, blocks, slot, k); };
+  if (first == 0)
+    directRounds(b, a, rounds, publish, stage, copyOut);
+  else
+    directRoundsFrom(b, a, first, rounds, publish, stage, copyOut);
 }
 
 // The bytes a rank sends to its peers count against TRNCCL_LL_MAX_BYTES, as a reduce-scatter's
@@ -124,7 +129,7 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
     // saves the allocations, which cost as much as a small call's whole data path.
     thread_local Blocks uniform;
     fillBlocks(a, c.nranks, &uniform);
-    exchangeRounds(b, a, c, &uniform, ceilDiv(block, sub), true);
+    exchangeRounds(b, a, c, &uniform, 0, ceilDiv(block, sub), true);
     return Status::ok();
   }
   auto blocks = std::make_shared<Blocks>();
@@ -174,13 +179,7 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
     if (!c.readsByCma(CollKind::kAllToAllv, globalMax)) {
       copyOutRound(later, args, c, blocks.get(), firstSlot, 0);
       later.releaseSlotAt(firstSlot, later.nextPostValue());
-      for (size_t k = 1; k < ceilDiv(globalMax, sub); ++k) {
-        const int slot = later.acquireSlot();
-        stageRound(later, args, c, blocks.get(), slot, k, blocks->recvBytes[c.rank]);
-        later.waitAll(later.post());
-        copyOutRound(later, args, c, blocks.get(), slot, k);
-        later.releaseSlotAt(slot, later.nextPostValue());
-      }
+      exchangeRounds(later, args, c, blocks.get(), 1, ceilDiv(globalMax, sub), false);
       return Status::ok();
     }
     // In place is refused for all-to-all-v (api/validate.cpp), so peers read send buffers
