@@ -79,6 +79,10 @@ struct CommView {
   bool readsByCma(CollKind kind, size_t block) const {
     return trnccl::readsByCma(kind, block, cma, oversubscribed);
   }
+  // Whether ranks of this node may read each other's memory at all (CMA, or mapping a peer's
+  // trncclMemAlloc allocation through /proc, which needs the same permission), whatever the
+  // band.
+  bool mapsPeerMemory() const { return cma.minBytes != SIZE_MAX; }
   char* window(int rank, int slot) const { return segment->window(rank, slot); }
   // Every rank in the order whole-communicator rings take: node by node, each node along its
   // NeuronLinks when it has a device graph (Topology::ringOrder), else rank order.

@@ -1,42 +1,116 @@
 #include "collectives/two_shot.hpp"
 
-#include "collectives/direct_rounds.hpp"
+#include "collectives/shared_buffers.hpp"
 
 namespace trnccl {
+namespace {
+
+// The windows form's rounds and phases. References only: the single-copy check's callback,
+// which outlives the call that built it, makes one over its own copies of the arguments.
+struct TwoShot {
+  const CollArgs& a;
+  const CommView& c;
+  int copyOutRank;
+  size_t esize = elementSize(a);
+  size_t perRound = c.windowBytes / esize;
+  size_t align = 64 / esize;  // segments start on cache lines
+
+  size_t rounds() const { return ceilDiv(a.count, perRound); }
+  size_t roundLen(size_t k) const { return std::min(perRound, a.count - k * perRound); }
+  size_t segLen(size_t len) const { return ceilDiv(ceilDiv(len, c.nranks), align) * align; }
+  size_t segBegin(size_t len, int q) const { return std::min(len, q * segLen(len)); }
+  size_t segEnd(size_t len, int q) const { return std::min(len, (q + 1) * segLen(len)); }
+  int avg() const { return a.op == trncclAvg ? c.nranks : 0; }
+
+  void stage(ScheduleBuilder& b, int slot, size_t k) const {
+    b.copy(c.window(c.rank, slot), byteAt(a.sendbuff, k * perRound * esize), roundLen(k) * esize);
+  }
+  void reduce(ScheduleBuilder& b, int slot, size_t k) const {
+    size_t len = roundLen(k);
+    size_t begin = segBegin(len, c.rank) * esize;
+    b.reduce(
+        c.window(c.rank, slot) + begin, c.nranks, [&](int q) { return c.window(q, slot) + begin; },
+        segEnd(len, c.rank) - segBegin(len, c.rank), avg());
+  }
+  void copyOut(ScheduleBuilder& b, int slot, size_t k) const {
+    if (copyOutRank >= 0 && c.rank != copyOutRank) return;
+    size_t len = roundLen(k);
+    for (int q = 0; q < c.nranks; ++q) {
+      size_t begin = segBegin(len, q);
+      b.copy(byteAt(a.recvbuff, (k * perRound + begin) * esize), c.window(q, slot) + begin * esize,
+             (segEnd(len, q) - begin) * esize);
+    }
+  }
+  // Rounds first.. (at least round 0).
+  void runRounds(ScheduleBuilder& b, size_t first, bool publish) const {
+    directRoundsFrom(
+        b, a, first, std::max<size_t>(rounds(), 1), publish,
+        [&](int slot, size_t k) { stage(b, slot, k); },
+        [&](int slot, size_t k) { reduce(b, slot, k); },
+        [&](int slot, size_t k) { copyOut(b, slot, k); });
+  }
+
+  // The single-copy all-reduce, rounds first..: per round this rank reduces its part out of
+  // every rank's input (read where it lies), posts, and copies the other parts out of their
+  // owners' outputs; a last post and wait keep every rank in the call until its peers are done
+  // reading its buffers. The rounds and parts are the windows', reduced in rank order, so the
+  // results are bitwise the same. Rounds keep what one rank wrote in its cache until its peers
+  // read it (one pass over the whole buffer would send every part through memory twice).
+  // In place is safe: a rank writes only its own part of a round, which no peer reads until
+  // its post, and overwrites the others' parts only after their owners' posts say they have
+  // read them.
+  void singleCopyRounds(ScheduleBuilder& later, size_t first) const {
+    for (size_t k = first; k < rounds(); ++k) {
+      const size_t len = roundLen(k);
+      const size_t base = k * perRound;
+      auto at = [&](int q) { return (base + segBegin(len, q)) * esize; };
+      auto bytesOf = [&](int q) { return (segEnd(len, q) - segBegin(len, q)) * esize; };
+      reduceFromPeers(later, a, c, byteAt(a.recvbuff, at(c.rank)), byteAt(a.sendbuff, at(c.rank)),
+                      at(c.rank), bytesOf(c.rank) / esize);
+      later.waitAll(later.post());
+      for (int q = 0; q < c.nranks; ++q)
+        if (q != c.rank)
+          later.cmaRead(byteAt(a.recvbuff, at(q)), q, at(q), bytesOf(q),
+                        ScheduleBuilder::PeerBuffer::kRecv);
+    }
+    later.waitAll(later.post());  // peers are done reading this rank's buffers
+  }
+};
+
+}  // namespace
 
 void twoShotDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c, int copyOutRank) {
-  const size_t esize = elementSize(a);
-  const int n = c.nranks;
-  const int avg = a.op == trncclAvg ? n : 0;
-  const size_t perRound = c.windowBytes / esize;
-  const size_t align = 64 / esize;  // segments start on cache lines
-  auto roundLen = [&](size_t k) { return std::min(perRound, a.count - k * perRound); };
-  auto segLen = [&](size_t len) { return ceilDiv(ceilDiv(len, n), align) * align; };
-  auto segBegin = [&](size_t len, int q) { return std::min(len, q * segLen(len)); };
-  auto segEnd = [&](size_t len, int q) { return std::min(len, (q + 1) * segLen(len)); };
-
-  directRounds(
-      b, a, ceilDiv(a.count, perRound), true,
-      [&](int slot, size_t k) {
-        b.copy(c.window(c.rank, slot), byteAt(a.sendbuff, k * perRound * esize),
-               roundLen(k) * esize);
-      },
-      [&](int slot, size_t k) {
-        size_t len = roundLen(k);
-        size_t begin = segBegin(len, c.rank) * esize;
-        b.reduce(
-            c.window(c.rank, slot) + begin, n, [&](int q) { return c.window(q, slot) + begin; },
-            segEnd(len, c.rank) - segBegin(len, c.rank), avg);
-      },
-      [&](int slot, size_t k) {
-        if (copyOutRank >= 0 && c.rank != copyOutRank) return;
-        size_t len = roundLen(k);
-        for (int q = 0; q < n; ++q) {
-          size_t begin = segBegin(len, q);
-          b.copy(byteAt(a.recvbuff, (k * perRound + begin) * esize),
-                 c.window(q, slot) + begin * esize, (segEnd(len, q) - begin) * esize);
-        }
-      });
+  const TwoShot plan{a, c, copyOutRank};
+  const SharedNeed need{a.count * plan.esize, a.count * plan.esize};
+  // A call of one round gains nothing from the single-copy form: it would add a post and wait
+  // (nobody may return while peers read its buffers) to save no copy the staging has not
+  // already made.
+  if (copyOutRank >= 0 || plan.rounds() < 2 || !ownBuffersShared(a, c, need)) {
+    plan.runRounds(b, 0, true);
+    return;
+  }
+  // Round 0 as the windows form makes it, the buffers published beside it; after its first
+  // wait every rank knows whether all buffers are shared.
+  b.publishDescriptor(describeBuffers(a));
+  const int slot = b.acquireSlot();
+  plan.stage(b, slot, 0);
+  b.waitAll(b.post());
+  b.checkDescriptors();
+  const uint64_t seq = b.schedule().descriptor.seq;
+  b.callback([args = a, view = c, copyOutRank, slot, seq, need](ScheduleBuilder& later) {
+    // Round 0 goes through the windows either way (it is staged); the rest through the
+    // windows, or, when every rank's buffers are shared, single copy.
+    const TwoShot plan{args, view, copyOutRank};
+    plan.reduce(later, slot, 0);
+    later.waitAll(later.post());
+    plan.copyOut(later, slot, 0);
+    later.releaseSlotAt(slot, later.nextPostValue());
+    if (everyRankShares(view, seq, need))
+      plan.singleCopyRounds(later, 1);
+    else
+      plan.runRounds(later, 1, false);
+    return Status::ok();
+  });
 }
 
 }  // namespace trnccl

@@ -1,29 +1,32 @@
 #!/usr/bin/env bash
-# Single copy beside the staging windows and Open MPI: all_gather, alltoall and broadcast _perf
-# under mpirun (-M 1: Open MPI timed on the same buffers, interleaved) in three variants one
-# after the other: buffers from trncclMemAlloc (-A 1: peers map them), ordinary buffers with
-# TRNCCL_CMA=1 (process_vm_readv), and TRNCCL_CMA=0 (the windows), for ROUNDS separate rounds.
-# Prints per tool and size the median over rounds of each run's out-of-place time and Open MPI
-# ratio, with the range, and writes the rows and summary.md to build/bench-results/cma/
-# (bench/plot/report.py includes the summary).
-#   bash scripts/bench_cma.sh [--np N] [--rounds R] [--quick]
+# Single copy beside the staging windows and Open MPI: all_gather, alltoall, broadcast,
+# all_reduce and reduce_scatter _perf under mpirun (-M 1: Open MPI timed on the same buffers,
+# interleaved) in three variants one after the other: buffers from trncclMemAlloc (-A 1: peers
+# map them; the reductions read and reduce out of them), ordinary buffers with TRNCCL_CMA=1
+# (process_vm_readv; the reductions have no CMA form and take the windows), and TRNCCL_CMA=0
+# (the windows), for ROUNDS separate rounds. Prints per tool and size the median over rounds of
+# each run's out-of-place time and Open MPI ratio, with the range, and writes the rows and
+# summary.md to build/bench-results/cma/ (bench/plot/report.py includes the summary).
+#   bash scripts/bench_cma.sh [--np N] [--rounds R] [--tools "all_reduce reduce_scatter"] [--quick]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 np=2
 rounds=3
 sizes=(-b 256K -e 64M -f 4)
 iters=(-n 10 -w 3 -R 3)
+tools=(all_gather alltoall broadcast all_reduce reduce_scatter)
 while [ $# -gt 0 ]; do
   case "$1" in
     --np) np="$2"; shift 2 ;;
     --rounds) rounds="$2"; shift 2 ;;
+    --tools) read -r -a tools <<<"$2"; shift 2 ;;
     --quick) sizes=(-b 1M -e 4M -f 4); iters=(-n 3 -w 1 -R 1); rounds=1; shift ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
     *) echo "bench_cma: unknown argument $1 (see --help)"; exit 2 ;;
   esac
 done
 BIN=build/bench
-for t in all_gather alltoall broadcast; do
+for t in "${tools[@]}"; do
   [ -x "$BIN/${t}_perf" ] || { echo "bench_cma: build first (bash scripts/build.sh build)"; exit 1; }
 done
 out=build/bench-results/cma
@@ -39,7 +42,7 @@ for round in $(seq 1 "$rounds"); do
     alloc=0
     [ "$variant" = windows ] && cma=0
     [ "$variant" = memalloc ] && alloc=1
-    for t in all_gather alltoall broadcast; do
+    for t in "${tools[@]}"; do
       echo "bench_cma: round $round, $variant, ${t}_perf" >&2
       cmd=("${MPIRUN[@]}" "${extra[@]}" -x TRNCCL_CMA="$cma"
            --mca oob_tcp_if_include lo --mca btl_tcp_if_include lo

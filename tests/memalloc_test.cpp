@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -191,6 +192,185 @@ TEST(MemAlloc, EveryCollectiveOnSharedBuffers) {
             });
           }
         }
+        trncclMemFree(send);
+        trncclMemFree(recv);
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// Bytes and reads this rank has had from each peer so far (the traffic counters count every
+// read of a peer's allocation; window reads are not counted).
+std::vector<trncclPeerTraffic_t> trafficOf(Failures& f, trncclComm_t comm, int n) {
+  std::vector<trncclPeerTraffic_t> traffic(n);
+  int count = 0;
+  if (trncclCommGetPeerTraffic(comm, traffic.data(), n, &count) != trncclSuccess)
+    f.add("traffic: %s", trncclGetLastError(comm));
+  return traffic;
+}
+
+// What one rank read from each peer in one call: `want(q)` bytes in `reads` reads.
+void expectReadsSince(Failures& f, const std::string& what, trncclComm_t comm, int rank, int n,
+                      const std::vector<trncclPeerTraffic_t>& before, unsigned reads,
+                      const std::function<size_t(int)>& want) {
+  std::vector<trncclPeerTraffic_t> after = trafficOf(f, comm, n);
+  for (int q = 0; q < n; ++q) {
+    if (q == rank) continue;
+    const unsigned long long bytes = after[q].recvBytes - before[q].recvBytes;
+    const unsigned long long messages = after[q].recvMessages - before[q].recvMessages;
+    const unsigned long long expected = reads ? want(q) : 0;
+    if (bytes != expected || messages != reads)
+      f.add("%s: read %llu bytes in %llu reads from rank %d, expected %llu in %u", what.c_str(),
+            bytes, messages, q, expected, reads);
+  }
+}
+
+constexpr size_t kWindowBytes = 256 << 10;  // TRNCCL_SHM_CHUNK_BYTES in these tests
+
+// Bytes this rank reads from peer q in a single-copy all-reduce of count elements: the windows'
+// rounds, the first of which goes through the windows (it is staged before the ranks know that
+// all buffers are shared); in each later round, this rank's part of q's input, then q's part of
+// q's output. A round's parts are its length / n rounded up to whole cache lines, the last one
+// shorter (the split two_shot.cpp makes).
+size_t allReduceReadBytes(size_t count, size_t esize, int n, int rank, int q) {
+  const size_t perRound = kWindowBytes / esize;
+  const size_t align = 64 / esize;
+  auto part = [&](size_t len, int who) {
+    const size_t each = ((len + n - 1) / n + align - 1) / align * align;
+    return std::min(len, (who + 1) * each) - std::min(len, who * each);
+  };
+  size_t bytes = 0;
+  for (size_t begin = perRound; begin < count; begin += perRound) {
+    const size_t len = std::min(perRound, count - begin);
+    bytes += (part(len, rank) + part(len, q)) * esize;
+  }
+  return bytes;
+}
+
+// Reduce-scatter and all-reduce on trncclMemAlloc buffers, at sizes of two window rounds and
+// more (uneven ones): every type x op against the serial reference, in and out of place, and
+// what each rank read straight out of its peers' allocations. With `ordinaryRank` >= 0 that
+// rank's buffers are ordinary memory in every other call: then every rank takes the windows
+// (nothing read from peers), whatever its own buffers are, and the forms alternate.
+void sharedReductions(int n, int ordinaryRank, bool everyType) {
+  auto outcomes = withComm(
+      n,
+      [](int) {
+        setenv("TRNCCL_ALGO", "direct", 1);
+        setenv("TRNCCL_SHM_CHUNK_BYTES", std::to_string(kWindowBytes).c_str(), 1);
+      },
+      [&](Failures& f, trncclComm_t comm, int rank, int) {
+        constexpr size_t kMaxBytes = 4 << 20;
+        char* shared[2] = {nullptr, nullptr};
+        for (char*& p : shared)
+          if (trncclMemAlloc(reinterpret_cast<void**>(&p), kMaxBytes + kGuardBytes) !=
+              trncclSuccess)
+            return f.add("alloc: %s", trncclGetLastError(nullptr));
+        std::vector<char> ordinary[2] = {std::vector<char>(kMaxBytes + kGuardBytes),
+                                         std::vector<char>(kMaxBytes + kGuardBytes)};
+        std::vector<Bytes> inputs(n);
+        Bytes want;
+        int call = 0;
+        const std::vector<trncclDataType_t> types =
+            everyType ? reducibleTypes()
+                      : std::vector<trncclDataType_t>{trncclFloat32, trncclBfloat16};
+        const std::vector<trncclRedOp_t> ops =
+            everyType ? allOps() : std::vector<trncclRedOp_t>{trncclSum, trncclAvg};
+        for (auto t : types)
+          for (auto op : ops)
+            for (bool inPlace : {false, true})
+              for (bool reduceScatter : {false, true}) {
+                const size_t esize = typeSize(t);
+                // All-reduce: 2+ rounds of the 256 KiB windows; reduce-scatter: blocks of 2+
+                // sub-blocks (256 KiB / n) each.
+                const size_t count = (reduceScatter ? (300u << 10) / n : (600u << 10)) / esize + 5;
+                const size_t total = reduceScatter ? count * n : count;
+                const bool mixed = ordinaryRank >= 0 && call++ % 2 == 0;
+                const bool mine = !(mixed && rank == ordinaryRank);
+                char* send = mine ? shared[0] : ordinary[0].data();
+                char* recv = mine ? shared[1] : ordinary[1].data();
+                const std::string what =
+                    std::string(reduceScatter ? "reduce-scatter " : "all-reduce ") + typeName(t) +
+                    " " + opName(op) + (inPlace ? " in place" : " out of place") +
+                    (mixed ? " (rank " + std::to_string(ordinaryRank) + " ordinary)" : "") +
+                    " rank " + std::to_string(rank);
+                const uint64_t salt = saltOf(t, op, count) + (reduceScatter ? 7 : 3);
+                for (int q = 0; q < n; ++q) makeInput(inputs[q], t, op, q, total, salt);
+                std::vector<const Bytes*> sources;
+                for (const Bytes& in : inputs) sources.push_back(&in);
+                reduceReference(want, t, op, sources, reduceScatter ? rank * count : 0, count);
+                // in place, the input is where the output goes (reduce-scatter: its block)
+                char* input = inPlace ? recv : send;
+                char* output = inPlace && reduceScatter ? recv + rank * count * esize : recv;
+                std::memcpy(input, inputs[rank].data(), total * esize);
+                // guard bytes after everything the call may touch in recv
+                const size_t outEnd = inPlace ? total * esize : count * esize;
+                std::memset(recv + outEnd, kGuardByte, kGuardBytes);
+                auto before = trafficOf(f, comm, n);
+                trncclResult_t rc = reduceScatter
+                                        ? trncclReduceScatter(input, output, count, t, op, comm)
+                                        : trncclAllReduce(input, output, count, t, op, comm);
+                if (rc != trncclSuccess)
+                  return f.add("%s: %s", what.c_str(), trncclGetLastError(nullptr));
+                expectSame(f, what, output, want.data(), count, t);
+                if (inPlace && reduceScatter)  // the other blocks of the input stay as they were
+                  for (int q = 0; q < n; ++q)
+                    if (q != rank)
+                      expectSame(f, what + " (block " + std::to_string(q) + " of the input)",
+                                 recv + q * count * esize, inputs[rank].data() + q * count * esize,
+                                 count, t);
+                for (size_t i = 0; i < kGuardBytes; ++i)
+                  if (recv[outEnd + i] != kGuardByte) {
+                    f.add("%s wrote past the end", what.c_str());
+                    break;
+                  }
+                const size_t rounds = (count * esize + kWindowBytes - 1) / kWindowBytes;
+                const unsigned reads = mixed ? 0 : reduceScatter ? 1 : 2 * (rounds - 1);
+                expectReadsSince(f, what, comm, rank, n, before, reads, [&](int q) {
+                  if (reduceScatter) return count * esize;  // its block of q's input
+                  return allReduceReadBytes(count, esize, n, rank, q);
+                });
+                if (f.count() > 0) return;
+              }
+        for (char* p : shared) trncclMemFree(p);
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(MemAlloc, ReductionsReadPeersAllocationsThreeRanksEveryTypeAndOp) {
+  sharedReductions(3, -1, true);
+}
+
+TEST(MemAlloc, ReductionsReadPeersAllocationsTwoAndFourRanks) {
+  sharedReductions(2, -1, false);
+  sharedReductions(4, -1, false);
+}
+
+TEST(MemAlloc, ReductionsTakeTheWindowsWhenOneRanksBuffersAreOrdinary) {
+  sharedReductions(3, 1, false);
+  sharedReductions(3, 0, false);
+}
+
+// Rounding happens here (random floats): an all-reduce read out of peers' allocations gives
+// the same bits as the windows form, since both reduce every element in rank order.
+TEST(MemAlloc, SharedAllReduceGivesTheWindowsBits) {
+  auto outcomes = withComm(
+      3, [](int) { setenv("TRNCCL_ALGO", "direct", 1); },
+      [](Failures& f, trncclComm_t comm, int rank, int) {
+        constexpr size_t kCount = (1 << 20) / sizeof(float) + 37;
+        const Bytes input = makeRandomFloats(rank, kCount, 99);
+        float* send = nullptr;
+        float* recv = nullptr;
+        if (trncclMemAlloc(reinterpret_cast<void**>(&send), kCount * sizeof(float)) ||
+            trncclMemAlloc(reinterpret_cast<void**>(&recv), kCount * sizeof(float)))
+          return f.add("alloc: %s", trncclGetLastError(nullptr));
+        std::memcpy(send, input.data(), input.size());
+        std::vector<float> windows(kCount);
+        if (trncclAllReduce(input.data(), windows.data(), kCount, trncclFloat32, trncclSum, comm) !=
+                trncclSuccess ||
+            trncclAllReduce(send, recv, kCount, trncclFloat32, trncclSum, comm) != trncclSuccess)
+          return f.add("all-reduce: %s", trncclGetLastError(nullptr));
+        if (std::memcmp(recv, windows.data(), kCount * sizeof(float)) != 0)
+          f.add("the single-copy all-reduce differs from the windows' in some bit");
         trncclMemFree(send);
         trncclMemFree(recv);
       });

@@ -32,7 +32,9 @@ const Var kCma{"TRNCCL_CMA", Kind::kBool, "1",
                "Lets ranks of a node copy large blocks straight out of each other's buffers "
                "with process_vm_readv (one copy instead of two through the shared windows), "
                "where init finds that the kernel allows it between every pair of local ranks. "
-               "0 turns it off. The segment's creator (local rank 0) decides for its node."};
+               "The same permission lets peers map each other's trncclMemAlloc buffers (read "
+               "and reduce them in place). 0 turns both off. The segment's creator (local "
+               "rank 0) decides for its node."};
 const Var kCmaMinBytes{"TRNCCL_CMA_MIN_BYTES", Kind::kBytes, "64K",
                        "Smallest block (bytes one rank reads from one peer) that the direct "
                        "all-gather, all-to-all and broadcast read with CMA; smaller blocks go "

@@ -65,11 +65,12 @@ Result<bool> Operation::progress(ExecContext& ctx) {
   return true;
 }
 
-// Counts what the plan copies into user memory (window-to-buffer copies and shared-memory
-// receives) and switches the whole call to streaming stores past the threshold, so that one
-// large call does not sweep the caches line by line with read-for-ownership traffic. Not when
-// the call also reads the memory it writes (in place): there the lines being overwritten were
-// just read and sit in the cache, and a streaming store would have to evict each one.
+// Counts what the plan copies into user memory (window-to-buffer copies, reads of peers'
+// buffers and shared-memory receives) and switches the whole call to streaming stores past the
+// threshold, so that one large call does not sweep the caches line by line with read-for-ownership
+// traffic. Not when the call also reads the memory it writes (in place): there the lines being
+// overwritten were just read and sit in the cache, and a streaming store would have to evict each
+// one.
 void Operation::chooseCopyKind(const ExecContext& ctx) {
   if (ctx.streamCopyBytes == 0) return;
   Schedule& s = *schedule_;
@@ -89,7 +90,8 @@ void Operation::chooseCopyKind(const ExecContext& ctx) {
     userBytes += bytes;
   };
   for (const Step& step : s.steps)
-    if (step.kind == StepKind::kCopy && inUser(step.dst)) wrote(step.dst, step.bytes);
+    if ((step.kind == StepKind::kCopy || step.kind == StepKind::kCmaRead) && inUser(step.dst))
+      wrote(step.dst, step.bytes);
   for (const TransferOp& t : s.transfers)
     if (isUserCopy(t)) wrote(t.dst, t.bytes);
   if (userBytes < ctx.streamCopyBytes) return;
@@ -223,12 +225,14 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
       const uint64_t seq = schedule_->descriptor.seq;
       const shm::OpDescriptor& theirs = ctx.segment->rankArea(static_cast<int>(step.first))
                                             ->descriptors[seq % shm::kDescriptorSlots];
-      if (const char* mapped = peerAllocation(ctx, step, theirs))
+      const bool fromRecv = step.n == static_cast<uint32_t>(ScheduleBuilder::PeerBuffer::kRecv);
+      const shm::SharedRegion& region = fromRecv ? theirs.recvRegion : theirs.sendRegion;
+      if (const char* mapped = peerAllocation(ctx, step, region))
         copyBytes(step.dst, mapped, step.bytes, schedule_->userCopies);
       else
-        TRNCCL_RETURN_IF_ERROR(shm::cmaRead(ctx.pidOfLocal[step.first],
-                                            ctx.globalOfLocal[step.first], step.dst,
-                                            theirs.sendAddress + step.value, step.bytes));
+        TRNCCL_RETURN_IF_ERROR(shm::cmaRead(
+            ctx.pidOfLocal[step.first], ctx.globalOfLocal[step.first], step.dst,
+            (fromRecv ? theirs.recvAddress : theirs.sendAddress) + step.value, step.bytes));
       ctx.traffic[ctx.globalOfLocal[step.first]].countReceived(step.bytes);
       return true;
     }
@@ -246,11 +250,10 @@ Result<bool> Operation::runStep(const ExecContext& ctx, Step& step) {
   return makeError(Code::kInternalError, "unknown schedule step");
 }
 
-// Where step's bytes are in this process when the peer's send buffer is a trncclMemAlloc
-// allocation this rank can map (nullptr: read with CMA instead).
+// Where step's bytes are in this process when the peer's buffer lies in a trncclMemAlloc
+// allocation (`region`) this rank can map (nullptr: read with CMA instead).
 const char* Operation::peerAllocation(const ExecContext& ctx, const Step& step,
-                                      const shm::OpDescriptor& theirs) {
-  const shm::SharedRegion& region = theirs.sendRegion;
+                                      const shm::SharedRegion& region) {
   if (region.id == 0 || !ctx.peerRegions) return nullptr;
   if (region.offset + step.value + step.bytes > region.bytes) return nullptr;
   const char* base =

@@ -115,7 +115,7 @@ class Operation {
   // kLLGather (blockPerPeer false) and kLLAllToAll (true): see the definition.
   Result<bool> gatherLines(const ExecContext& ctx, const Step& step, bool blockPerPeer);
   static const char* peerAllocation(const ExecContext& ctx, const Step& step,
-                                    const shm::OpDescriptor& theirs);
+                                    const shm::SharedRegion& region);
   // What this operation's callbacks see of local peers' published buffers.
   class PeerMemoryOf final : public ScheduleBuilder::PeerMemory {
    public:

@@ -33,7 +33,8 @@ enum class StepKind : uint8_t {
   kLLWait,             // once every rank's first line carries `value` (a barrier)
   kLLGather,           // once every rank's lines carry `value`: rank q's bytes to dst + q * bytes
   kLLAllToAll,  // once every peer's block for me carries `value`: peer q's to dst + q * bytes
-  kCmaRead,     // bytes from local rank `first`'s send buffer (+ value) into dst, by CMA
+  kCmaRead,     // bytes from local rank `first`'s send (n 0) or receive (n 1) buffer (+ value)
+                // into dst: mapped when it is trncclMemAlloc memory, else by CMA
 };
 
 // kWaitPeers with first == kAllPeers waits for local ranks 0..n-1 (no peer list needed).
@@ -201,12 +202,16 @@ class ScheduleBuilder {
   }
   void checkDescriptors() { add(makeStep(StepKind::kCheckDescriptors)); }
   // After the wait that follows publishDescriptor (which carries sendAddress): a copy out of
-  // the local peer's send buffer, at offset, straight into dst.
-  void cmaRead(void* dst, int localPeer, size_t offset, size_t bytes) {
+  // the local peer's send buffer (or the receive buffer it published), at offset, straight
+  // into dst.
+  enum class PeerBuffer : uint32_t { kSend = 0, kRecv = 1 };
+  void cmaRead(void* dst, int localPeer, size_t offset, size_t bytes,
+               PeerBuffer from = PeerBuffer::kSend) {
     if (bytes == 0) return;
     Step step = makeStep(StepKind::kCmaRead);
     step.dst = dst;
     step.first = static_cast<uint32_t>(localPeer);
+    step.n = static_cast<uint32_t>(from);
     step.value = offset;
     step.bytes = bytes;
     add(step);

@@ -34,6 +34,10 @@ struct OpDescriptor {
   // trncclMemAlloc allocation, the allocation (shared_alloc.hpp; id 0 = none): peers map it.
   uint64_t sendAddress;
   SharedRegion sendRegion;
+  // The same for the receive buffer, published by schedules whose peers read results out of
+  // it (the single-copy all-reduce of trncclMemAlloc buffers).
+  uint64_t recvAddress;
+  SharedRegion recvRegion;
 };
 
 // One rank's block for one peer in an all-to-all-v: its size, and where it starts in the
