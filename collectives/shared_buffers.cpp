@@ -33,7 +33,8 @@ bool ownBuffersShared(const CollArgs& a, const CommView& c, const SharedNeed& ne
 
 bool everyRankShares(const CommView& c, uint64_t seq, const SharedNeed& need) {
   for (int q = 0; q < c.nranks; ++q)
-    if (!qualifies(c.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots], need))
+    if ((need.onlyRank < 0 || q == need.onlyRank) &&
+        !qualifies(c.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots], need))
       return false;
   return true;
 }

@@ -89,28 +89,22 @@ void twoShotDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c, int
     plan.runRounds(b, 0, true);
     return;
   }
-  // Round 0 as the windows form makes it, the buffers published beside it; after its first
-  // wait every rank knows whether all buffers are shared.
-  b.publishDescriptor(describeBuffers(a));
-  const int slot = b.acquireSlot();
-  plan.stage(b, slot, 0);
-  b.waitAll(b.post());
-  b.checkDescriptors();
-  const uint64_t seq = b.schedule().descriptor.seq;
-  b.callback([args = a, view = c, copyOutRank, slot, seq, need](ScheduleBuilder& later) {
-    // Round 0 goes through the windows either way (it is staged); the rest through the
-    // windows, or, when every rank's buffers are shared, single copy.
-    const TwoShot plan{args, view, copyOutRank};
-    plan.reduce(later, slot, 0);
-    later.waitAll(later.post());
-    plan.copyOut(later, slot, 0);
-    later.releaseSlotAt(slot, later.nextPostValue());
-    if (everyRankShares(view, seq, need))
-      plan.singleCopyRounds(later, 1);
-    else
-      plan.runRounds(later, 1, false);
-    return Status::ok();
-  });
+  decideAfterFirstRound(
+      b, a, c, need, [&](int slot) { plan.stage(b, slot, 0); },
+      [args = a, view = c, copyOutRank](ScheduleBuilder& later, int slot, bool allShared) {
+        // Round 0 finishes through the windows either way; the rest through the windows too,
+        // or, when every rank's buffers are shared, single copy.
+        const TwoShot plan{args, view, copyOutRank};
+        plan.reduce(later, slot, 0);
+        later.waitAll(later.post());
+        plan.copyOut(later, slot, 0);
+        later.releaseSlotAt(slot, later.nextPostValue());
+        if (allShared)
+          plan.singleCopyRounds(later, 1);
+        else
+          plan.runRounds(later, 1, false);
+        return Status::ok();
+      });
 }
 
 }  // namespace trnccl

@@ -226,6 +226,11 @@ void expectReadsSince(Failures& f, const std::string& what, trncclComm_t comm, i
 
 constexpr size_t kWindowBytes = 256 << 10;  // TRNCCL_SHM_CHUNK_BYTES in these tests
 
+// The windows' per-destination sub-block of a round, in whole elements (direct_rounds.hpp).
+size_t subBlockBytes(int n, size_t esize) {
+  return std::max<size_t>(64, kWindowBytes / n / 64 * 64) / esize * esize;
+}
+
 // Bytes this rank reads from peer q in a single-copy all-reduce of count elements: the windows'
 // rounds, the first of which goes through the windows (it is staged before the ranks know that
 // all buffers are shared); in each later round, this rank's part of q's input, then q's part of
@@ -326,7 +331,8 @@ void sharedReductions(int n, int ordinaryRank, bool everyType) {
                 const size_t rounds = (count * esize + kWindowBytes - 1) / kWindowBytes;
                 const unsigned reads = mixed ? 0 : reduceScatter ? 1 : 2 * (rounds - 1);
                 expectReadsSince(f, what, comm, rank, n, before, reads, [&](int q) {
-                  if (reduceScatter) return count * esize;  // its block of q's input
+                  // its block of q's input after round 0's sub-block (the windows')
+                  if (reduceScatter) return count * esize - subBlockBytes(n, esize);
                   return allReduceReadBytes(count, esize, n, rank, q);
                 });
                 if (f.count() > 0) return;
@@ -348,6 +354,105 @@ TEST(MemAlloc, ReductionsReadPeersAllocationsTwoAndFourRanks) {
 TEST(MemAlloc, ReductionsTakeTheWindowsWhenOneRanksBuffersAreOrdinary) {
   sharedReductions(3, 1, false);
   sharedReductions(3, 0, false);
+}
+
+// All-gather, all-to-all and broadcast on trncclMemAlloc buffers beyond the CMA band (here the
+// band is empty: TRNCCL_CMA_MAX_BYTES on local rank 0 binds the node), 3 window rounds and
+// more: round 0 goes through the windows, the rest is read out of the peers' allocations, once
+// per peer (the traffic counters), with the results checked, in and out of place. An all-to-all
+// in place takes the windows (nothing read). With `ordinaryRank` >= 0 that rank's buffers are
+// ordinary memory: every rank then takes the windows, except that a broadcast reads the root's
+// buffer whenever the root's is shared.
+void sharedDataMovement(int n, int ordinaryRank) {
+  auto outcomes = withComm(
+      n,
+      [](int) {
+        setenv("TRNCCL_ALGO", "direct", 1);
+        setenv("TRNCCL_SHM_CHUNK_BYTES", std::to_string(kWindowBytes).c_str(), 1);
+        setenv("TRNCCL_CMA_MAX_BYTES", "64K", 1);  // no block in the CMA band
+      },
+      [&](Failures& f, trncclComm_t comm, int rank, int) {
+        constexpr size_t kBlock = 600 << 10;      // bytes per rank (all-gather, broadcast)
+        constexpr size_t kPeerBlock = 200 << 10;  // bytes per peer (all-to-all)
+        const size_t total = std::max(n * kBlock, n * kPeerBlock);
+        const bool mine = rank != ordinaryRank;
+        float* shared[2] = {nullptr, nullptr};
+        for (float*& p : shared)
+          if (trncclMemAlloc(reinterpret_cast<void**>(&p), total) != trncclSuccess)
+            return f.add("alloc: %s", trncclGetLastError(nullptr));
+        std::vector<float> ordinary[2] = {std::vector<float>(total / sizeof(float)),
+                                          std::vector<float>(total / sizeof(float))};
+        float* send = mine ? shared[0] : ordinary[0].data();
+        float* recv = mine ? shared[1] : ordinary[1].data();
+        auto value = [](int r, size_t i) { return static_cast<float>(r * 1000003 + i % 100003); };
+        auto expectFloats = [&](const std::string& what, const float* got, size_t count,
+                                auto want) {
+          for (size_t i = 0; i < count; ++i)
+            if (got[i] != want(i))
+              return f.add("%s: element %zu is %g, expected %g", what.c_str(), i, got[i], want(i));
+        };
+        const size_t count = kBlock / sizeof(float), peerCount = kPeerBlock / sizeof(float);
+        const bool allShared = ordinaryRank < 0;
+        for (bool inPlace : {false, true}) {
+          const std::string tag = inPlace ? " in place" : " out of place";
+          // all-gather
+          float* input = inPlace ? recv + rank * count : send;
+          for (size_t i = 0; i < count; ++i) input[i] = value(rank, i);
+          auto before = trafficOf(f, comm, n);
+          if (trncclAllGather(input, recv, count, trncclFloat32, comm) != trncclSuccess)
+            return f.add("all-gather%s: %s", tag.c_str(), trncclGetLastError(nullptr));
+          expectFloats("all-gather" + tag, recv, n * count,
+                       [&](size_t i) { return value(static_cast<int>(i / count), i % count); });
+          expectReadsSince(f, "all-gather" + tag, comm, rank, n, before, allShared ? 1 : 0,
+                           [](int) { return kBlock - kWindowBytes; });
+          // all-to-all: block q of rank r's input is value(r, q * peerCount + i)
+          input = inPlace ? recv : send;
+          for (size_t i = 0; i < n * peerCount; ++i) input[i] = value(rank, i);
+          before = trafficOf(f, comm, n);
+          if (trncclAllToAll(input, recv, peerCount, trncclFloat32, comm) != trncclSuccess)
+            return f.add("all-to-all%s: %s", tag.c_str(), trncclGetLastError(nullptr));
+          expectFloats("all-to-all" + tag, recv, n * peerCount, [&](size_t i) {
+            return value(static_cast<int>(i / peerCount), rank * peerCount + i % peerCount);
+          });
+          expectReadsSince(f, "all-to-all" + tag, comm, rank, n, before,
+                           allShared && !inPlace ? 1 : 0,
+                           [&](int) { return kPeerBlock - subBlockBytes(n, sizeof(float)); });
+          // broadcast from every root in turn
+          for (int root = 0; root < n; ++root) {
+            const std::string what = "broadcast from " + std::to_string(root) + tag;
+            input = inPlace ? recv : send;
+            for (size_t i = 0; i < count; ++i) input[i] = rank == root ? value(root, i) : -1.0f;
+            if (!inPlace) std::fill(recv, recv + count, -2.0f);
+            before = trafficOf(f, comm, n);
+            if (trncclBroadcast(input, recv, count, trncclFloat32, root, comm) != trncclSuccess)
+              return f.add("%s: %s", what.c_str(), trncclGetLastError(nullptr));
+            expectFloats(what, recv, count, [&](size_t i) { return value(root, i); });
+            // only the root's buffer matters; only non-roots read, and only from the root
+            std::vector<trncclPeerTraffic_t> after = trafficOf(f, comm, n);
+            for (int q = 0; q < n; ++q) {
+              if (q == rank) continue;
+              const bool reads = q == root && root != ordinaryRank;
+              const unsigned long long want = reads ? kBlock - kWindowBytes : 0;
+              if (after[q].recvBytes - before[q].recvBytes != want ||
+                  after[q].recvMessages - before[q].recvMessages != (reads ? 1u : 0u))
+                f.add("%s: read %llu bytes from rank %d, expected %llu", what.c_str(),
+                      after[q].recvBytes - before[q].recvBytes, q, want);
+            }
+          }
+          if (f.count() > 0) return;
+        }
+        for (float* p : shared) trncclMemFree(p);
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+TEST(MemAlloc, DataMovementReadsPeersAllocationsBeyondTheCmaBand) {
+  sharedDataMovement(3, -1);
+  sharedDataMovement(2, -1);
+}
+
+TEST(MemAlloc, DataMovementTakesTheWindowsWhenOneRanksBuffersAreOrdinary) {
+  sharedDataMovement(3, 1);
 }
 
 // Rounding happens here (random floats): an all-reduce read out of peers' allocations gives

@@ -2,12 +2,14 @@
 // instead (one line-aligned block per peer), and blocks in the CMA band are read straight out of
 // the peers' send buffers (single copy). A window slot is split into one sub-block per
 // destination; each round stages the next sub-block of every outgoing block, and every rank
-// copies its sub-block out of every peer's window. All-to-all-v first publishes each rank's
+// copies its sub-block out of every peer's window (out of place with every rank's input in
+// trncclMemAlloc memory, the rounds after the first read the blocks where they lie; see
+// collectives/shared_buffers.hpp). All-to-all-v first publishes each rank's
 // send sizes and offsets, so that receivers check them against their receive counts and all
 // ranks agree on the form and the number of rounds (the largest block anywhere decides both).
 #include <memory>
 
-#include "collectives/direct_rounds.hpp"
+#include "collectives/shared_buffers.hpp"
 
 namespace trnccl {
 namespace {
@@ -129,7 +131,38 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
     // saves the allocations, which cost as much as a small call's whole data path.
     thread_local Blocks uniform;
     fillBlocks(a, c.nranks, &uniform);
-    exchangeRounds(b, a, c, &uniform, 0, ceilDiv(block, sub), true);
+    const size_t rounds = ceilDiv(block, sub);
+    const SharedNeed need{c.nranks * block, 0};
+    // Out of place, with every rank's input in trncclMemAlloc memory, the rounds after the
+    // first read the blocks where they lie (collectives/shared_buffers.hpp). A rank working in
+    // place takes the windows, and its descriptor (naming no buffer) sends its peers there too.
+    if (rounds < 2 || a.sendbuff == a.recvbuff || !ownBuffersShared(a, c, need)) {
+      exchangeRounds(b, a, c, &uniform, 0, rounds, true);
+      return Status::ok();
+    }
+    decideAfterFirstRound(
+        b, a, c, need, [&](int slot) { stageRound(b, a, c, &uniform, slot, 0, block); },
+        [args = a, view = c, rounds](ScheduleBuilder& later, int slot, bool allShared) {
+          // Round 0 finishes through the windows either way.
+          Blocks blocks;
+          fillBlocks(args, view.nranks, &blocks);
+          copyOutRound(later, args, view, &blocks, slot, 0);
+          later.releaseSlotAt(slot, later.nextPostValue());
+          if (!allShared) {
+            exchangeRounds(later, args, view, &blocks, 1, rounds, false);
+            return Status::ok();
+          }
+          const size_t bytes = args.count * elementSize(args), from = subBlockBytes(view);
+          for (int q = 0; q < view.nranks; ++q) {
+            void* to = byteAt(args.recvbuff, q * bytes + from);
+            if (q != view.rank)
+              later.cmaRead(to, q, view.rank * bytes + from, bytes - from);
+            else
+              later.copy(to, byteAt(args.sendbuff, q * bytes + from), bytes - from);
+          }
+          later.waitAll(later.post());  // peers are done reading this rank's input
+          return Status::ok();
+        });
     return Status::ok();
   }
   auto blocks = std::make_shared<Blocks>();

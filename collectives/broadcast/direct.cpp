@@ -1,32 +1,74 @@
 // Broadcast over shared windows: the root stages a window-sized round, every other rank copies
-// it out of the root's window.
-#include "collectives/direct_rounds.hpp"
+// it out of the root's window. In the CMA band every other rank reads the root's buffer
+// instead, and beyond it too when the root's buffer is trncclMemAlloc memory (mapped, after
+// round 0; collectives/shared_buffers.hpp).
+#include "collectives/shared_buffers.hpp"
 
 namespace trnccl {
+namespace {
+
+// The windows form's phases. References only (see two_shot.cpp's TwoShot).
+struct BroadcastWindows {
+  const CollArgs& a;
+  const CommView& c;
+  size_t bytes = a.count * elementSize(a);
+  size_t perRound = c.windowBytes;
+  bool isRoot = c.rank == a.root;
+
+  size_t rounds() const { return ceilDiv(bytes, perRound); }
+  size_t roundLen(size_t k) const { return std::min(perRound, bytes - k * perRound); }
+  void stage(ScheduleBuilder& b, int slot, size_t k) const {
+    if (isRoot) b.copy(c.window(c.rank, slot), byteAt(a.sendbuff, k * perRound), roundLen(k));
+  }
+  void copyOut(ScheduleBuilder& b, int slot, size_t k) const {
+    if (!isRoot) b.copy(byteAt(a.recvbuff, k * perRound), c.window(a.root, slot), roundLen(k));
+  }
+  void runRounds(ScheduleBuilder& b, size_t first, bool publish) const {
+    directRoundsFrom(
+        b, a, first, std::max<size_t>(rounds(), 1), publish,
+        [&](int slot, size_t k) { stage(b, slot, k); },
+        [&](int slot, size_t k) { copyOut(b, slot, k); });
+  }
+};
+
+}  // namespace
 
 Status broadcastDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
-  const size_t bytes = a.count * elementSize(a);
-  const size_t perRound = c.windowBytes;
-  auto roundLen = [&](size_t k) { return std::min(perRound, bytes - k * perRound); };
-  const bool isRoot = c.rank == a.root;
+  const BroadcastWindows plan{a, c};
+  const size_t bytes = plan.bytes;
   // Single copy: every other rank reads the root's buffer (CMA).
   if (c.readsByCma(CollKind::kBroadcast, bytes)) {
     cmaExchange(b, a, a.sendbuff, [&] {
-      if (isRoot)
+      if (plan.isRoot)
         b.copy(a.recvbuff, a.sendbuff, bytes);
       else
         b.cmaRead(a.recvbuff, a.root, 0, bytes);
     });
     return Status::ok();
   }
-  if (isRoot) b.copy(a.recvbuff, a.sendbuff, bytes);
-  directRounds(
-      b, a, ceilDiv(bytes, perRound), true,
-      [&](int slot, size_t k) {
-        if (isRoot) b.copy(c.window(c.rank, slot), byteAt(a.sendbuff, k * perRound), roundLen(k));
-      },
-      [&](int slot, size_t k) {
-        if (!isRoot) b.copy(byteAt(a.recvbuff, k * perRound), c.window(a.root, slot), roundLen(k));
+  if (plan.isRoot) b.copy(a.recvbuff, a.sendbuff, bytes);
+  // Only the root's buffer is read, and only the root knows where it lies: every rank takes
+  // the way that decides after round 0 whenever the node lets ranks map each other's memory.
+  if (plan.rounds() < 2 || !c.mapsPeerMemory()) {
+    plan.runRounds(b, 0, true);
+    return Status::ok();
+  }
+  decideAfterFirstRound(
+      b, a, c, SharedNeed{bytes, 0, a.root}, [&](int slot) { plan.stage(b, slot, 0); },
+      [args = a, view = c](ScheduleBuilder& later, int slot, bool allShared) {
+        // Round 0 finishes through the windows either way.
+        const BroadcastWindows plan{args, view};
+        plan.copyOut(later, slot, 0);
+        later.releaseSlotAt(slot, later.nextPostValue());
+        if (!allShared) {
+          plan.runRounds(later, 1, false);
+          return Status::ok();
+        }
+        if (!plan.isRoot)
+          later.cmaRead(byteAt(args.recvbuff, plan.perRound), args.root, plan.perRound,
+                        plan.bytes - plan.perRound);
+        later.waitAll(later.post());  // the root stays until every reader is done
+        return Status::ok();
       });
   return Status::ok();
 }

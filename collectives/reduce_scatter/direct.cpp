@@ -60,30 +60,26 @@ Status reduceScatterDirect(ScheduleBuilder& b, const CollArgs& a, const CommView
     plan.runRounds(b, 0, true);
     return Status::ok();
   }
-  // Round 0 as the windows make it, the input published beside it; after its wait every rank
-  // knows whether all inputs are shared.
-  b.publishDescriptor(describeBuffers(a));
-  const int slot = b.acquireSlot();
-  plan.stage(b, slot, 0);
-  b.waitAll(b.post());
-  b.checkDescriptors();
-  const uint64_t seq = b.schedule().descriptor.seq;
-  b.callback([args = a, view = c, slot, seq, need](ScheduleBuilder& later) {
-    const ReduceScatterWindows plan{args, view};
-    if (!everyRankShares(view, seq, need)) {
-      plan.reduce(later, slot, 0);
-      later.releaseSlotAt(slot, later.nextPostValue());
-      plan.runRounds(later, 1, false);
-      return Status::ok();
-    }
-    // In place the output is this rank's own block of its input, which only this rank reads.
-    later.releaseSlotAt(slot, later.nextPostValue());
-    const size_t blockBytes = args.count * plan.esize;
-    reduceFromPeers(later, args, view, args.recvbuff, byteAt(args.sendbuff, view.rank * blockBytes),
-                    view.rank * blockBytes, args.count);
-    later.waitAll(later.post());  // peers are done reading this rank's input
-    return Status::ok();
-  });
+  decideAfterFirstRound(
+      b, a, c, need, [&](int slot) { plan.stage(b, slot, 0); },
+      [args = a, view = c](ScheduleBuilder& later, int slot, bool allShared) {
+        // Round 0 finishes through the windows either way; the rest through the windows too,
+        // or, when every rank's input is shared, in one pass out of the peers' inputs. In
+        // place the output is this rank's own block of its input, which only this rank reads.
+        const ReduceScatterWindows plan{args, view};
+        plan.reduce(later, slot, 0);
+        later.releaseSlotAt(slot, later.nextPostValue());
+        if (!allShared) {
+          plan.runRounds(later, 1, false);
+          return Status::ok();
+        }
+        const size_t from = view.rank * args.count + plan.perRound;  // elements into the input
+        reduceFromPeers(later, args, view, byteAt(args.recvbuff, plan.perRound * plan.esize),
+                        byteAt(args.sendbuff, from * plan.esize), from * plan.esize,
+                        args.count - plan.perRound);
+        later.waitAll(later.post());  // peers are done reading this rank's input
+        return Status::ok();
+      });
   return Status::ok();
 }
 
