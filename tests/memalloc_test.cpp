@@ -356,10 +356,11 @@ TEST(MemAlloc, ReductionsTakeTheWindowsWhenOneRanksBuffersAreOrdinary) {
   sharedReductions(3, 0, false);
 }
 
-// All-gather, all-to-all and broadcast on trncclMemAlloc buffers beyond the CMA band (here the
-// band is empty: TRNCCL_CMA_MAX_BYTES on local rank 0 binds the node), 3 window rounds and
-// more: round 0 goes through the windows, the rest is read out of the peers' allocations, once
-// per peer (the traffic counters), with the results checked, in and out of place. An all-to-all
+// All-gather, all-to-all(v) and broadcast on trncclMemAlloc buffers beyond the CMA band (here
+// the band is empty: TRNCCL_CMA_MAX_BYTES on local rank 0 binds the node), 3 window rounds and
+// more: round 0 goes through the windows (all-to-all-v: it is staged, unused), the rest is read
+// out of the peers' allocations, once per peer (the traffic counters), with the results
+// checked, in and out of place. An all-to-all
 // in place takes the windows (nothing read). With `ordinaryRank` >= 0 that rank's buffers are
 // ordinary memory: every rank then takes the windows, except that a broadcast reads the root's
 // buffer whenever the root's is shared.
@@ -417,6 +418,30 @@ void sharedDataMovement(int n, int ordinaryRank) {
           expectReadsSince(f, "all-to-all" + tag, comm, rank, n, before,
                            allShared && !inPlace ? 1 : 0,
                            [&](int) { return kPeerBlock - subBlockBytes(n, sizeof(float)); });
+          // all-to-all-v, out of place (in place is refused): uneven blocks of 150-175 KiB,
+          // the largest beyond one round of the windows' sub-blocks
+          if (!inPlace) {
+            auto countOf = [&](int from, int to) {
+              return (150u << 10) / sizeof(float) + 1000 * (from + 2 * to);
+            };
+            std::vector<size_t> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
+            for (int q = 0, s = 0, r = 0; q < n; s += sendCounts[q], r += recvCounts[q], ++q) {
+              sendCounts[q] = countOf(rank, q), sendDispls[q] = s;
+              recvCounts[q] = countOf(q, rank), recvDispls[q] = r;
+            }
+            for (int q = 0; q < n; ++q)
+              for (size_t i = 0; i < sendCounts[q]; ++i)
+                send[sendDispls[q] + i] = value(rank, q * 1000000 + i);
+            before = trafficOf(f, comm, n);
+            if (trncclAllToAllv(send, sendCounts.data(), sendDispls.data(), recv, recvCounts.data(),
+                                recvDispls.data(), trncclFloat32, comm) != trncclSuccess)
+              return f.add("all-to-all-v: %s", trncclGetLastError(nullptr));
+            for (int q = 0; q < n; ++q)
+              expectFloats("all-to-all-v block from " + std::to_string(q), recv + recvDispls[q],
+                           recvCounts[q], [&](size_t i) { return value(q, rank * 1000000 + i); });
+            expectReadsSince(f, "all-to-all-v", comm, rank, n, before, allShared ? 1 : 0,
+                             [&](int q) { return recvCounts[q] * sizeof(float); });
+          }
           // broadcast from every root in turn
           for (int root = 0; root < n; ++root) {
             const std::string what = "broadcast from " + std::to_string(root) + tag;

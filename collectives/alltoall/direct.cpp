@@ -169,10 +169,11 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   fillBlocks(a, c.nranks, blocks.get());
   // All-to-all-v: publish sizes (and where each block starts, for peers that read it with CMA)
   // and stage the first round of the windows form beside them, synchronise, then plan from
-  // what peers said: single copy when the largest block anywhere is in the CMA band (the staged
-  // round goes unused), else the windows, whose first round is then only copied out (the
-  // largest block decides the number of rounds). Every rank sees the same descriptors, so all
-  // take the same form. Staging the first round early saves a synchronisation, which with more
+  // what peers said: single copy when the largest block anywhere is in the CMA band, or when
+  // every rank's send buffer is trncclMemAlloc memory and the windows would take more than one
+  // round (the staged round goes unused), else the windows, whose first round is then only copied
+  // out (the largest block decides the number of rounds). Every rank sees the same descriptors, so
+  // all take the same form. Staging the first round early saves a synchronisation, which with more
   // ranks than cores costs a scheduling turn of every rank: 4 ranks on 2 cores, 1-8 KiB, two
   // synchronisations made all-to-all-v 0.59-0.73x Open MPI where all-to-all (one) was 1.0-1.5x.
   size_t maxSend = 0;
@@ -209,7 +210,14 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
                          static_cast<unsigned long long>(theySend / esize));
       }
     }
-    if (!c.readsByCma(CollKind::kAllToAllv, globalMax)) {
+    // Beyond the CMA band, send buffers that every rank has in trncclMemAlloc memory are read
+    // where they lie too (a mapped read is a plain copy), when the windows would take more
+    // than one round; a block outside its sender's allocation is read by CMA (kCmaRead).
+    bool allShared = c.mapsPeerMemory() && ceilDiv(globalMax, sub) >= 2;
+    for (int q = 0; q < c.nranks && allShared; ++q)
+      allShared =
+          c.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots].sendRegion.id != 0;
+    if (!c.readsByCma(CollKind::kAllToAllv, globalMax) && !allShared) {
       copyOutRound(later, args, c, blocks.get(), firstSlot, 0);
       later.releaseSlotAt(firstSlot, later.nextPostValue());
       exchangeRounds(later, args, c, blocks.get(), 1, ceilDiv(globalMax, sub), false);
