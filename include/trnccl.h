@@ -144,8 +144,8 @@ trncclResult_t trncclCommDeregister(const trncclComm_t comm, void* handle);
  * (no system call per copy, streaming stores for large copies) where other buffers are read
  * with process_vm_readv; beyond the sizes read with process_vm_readv (TRNCCL_CMA_MAX_BYTES),
  * and larger than one window round, they still do when every rank's buffer is such memory
- * (broadcast: the root's; all-to-all: out of place). When every local rank's buffers of a
- * reduce-scatter (input) or all-reduce (input and output) larger than one window round
+ * (broadcast: the root's; all-to-all out of place, and all-to-all-v). When every local rank's
+ * buffers of a reduce-scatter (input) or all-reduce (input and output) larger than one window round
  * (TRNCCL_SHM_CHUNK_BYTES) lie in such memory, each rank reduces its part straight out of its
  * peers' inputs, and an all-reduce's ranks copy the reduced parts out of each other's outputs: no
  * staging copy (if one rank's buffer is ordinary memory, all ranks take the staging windows).
