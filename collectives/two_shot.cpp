@@ -41,6 +41,15 @@ struct TwoShot {
              (segEnd(len, q) - begin) * esize);
     }
   }
+  // reduce() out of every rank's input where it lies (the descriptors are published) instead
+  // of out of the windows: round k without its staging.
+  void reduceMapped(ScheduleBuilder& later, int slot, size_t k) const {
+    const size_t len = roundLen(k);
+    const size_t from = k * perRound + segBegin(len, c.rank);
+    reduceFromPeers(later, a, c, c.window(c.rank, slot) + segBegin(len, c.rank) * esize,
+                    byteAt(a.sendbuff, from * esize), from * esize,
+                    segEnd(len, c.rank) - segBegin(len, c.rank));
+  }
   // Rounds first.. (at least round 0).
   void runRounds(ScheduleBuilder& b, size_t first, bool publish) const {
     directRoundsFrom(
@@ -81,11 +90,13 @@ struct TwoShot {
 
 void twoShotDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c, int copyOutRank) {
   const TwoShot plan{a, c, copyOutRank};
-  const SharedNeed need{a.count * plan.esize, a.count * plan.esize};
+  // All-reduce reads peers' inputs and outputs; reduce only the inputs (its parts go through
+  // the windows to the root).
+  const SharedNeed need{a.count * plan.esize, copyOutRank < 0 ? a.count * plan.esize : 0};
   // A call of one round gains nothing from the single-copy form: it would add a post and wait
   // (nobody may return while peers read its buffers) to save no copy the staging has not
   // already made.
-  if (copyOutRank >= 0 || plan.rounds() < 2 || !ownBuffersShared(a, c, need)) {
+  if (plan.rounds() < 2 || !ownBuffersShared(a, c, need)) {
     plan.runRounds(b, 0, true);
     return;
   }
@@ -99,10 +110,19 @@ void twoShotDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c, int
         later.waitAll(later.post());
         plan.copyOut(later, slot, 0);
         later.releaseSlotAt(slot, later.nextPostValue());
-        if (allShared)
-          plan.singleCopyRounds(later, 1);
-        else
+        if (!allShared) {
           plan.runRounds(later, 1, false);
+        } else if (copyOutRank < 0) {
+          plan.singleCopyRounds(later, 1);
+        } else {
+          // Reduce: each round's parts are reduced out of the inputs into the windows, and the
+          // root copies them out. The wait between the two phases of the last round is where
+          // every rank has finished reading the inputs, so no wait is added.
+          directRoundsFrom(
+              later, args, 1, plan.rounds(), false,
+              [&](int s, size_t k) { plan.reduceMapped(later, s, k); },
+              [&](int s, size_t k) { plan.copyOut(later, s, k); });
+        }
         return Status::ok();
       });
 }

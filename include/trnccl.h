@@ -145,16 +145,16 @@ trncclResult_t trncclCommDeregister(const trncclComm_t comm, void* handle);
  * with process_vm_readv; beyond the sizes read with process_vm_readv (TRNCCL_CMA_MAX_BYTES),
  * and larger than one window round, they still do when every rank's buffer is such memory
  * (broadcast: the root's; all-to-all out of place, and all-to-all-v). When every local rank's
- * buffers of a reduce-scatter (input) or all-reduce (input and output) larger than one window round
- * (TRNCCL_SHM_CHUNK_BYTES) lie in such memory, each rank reduces its part straight out of its
- * peers' inputs, and an all-reduce's ranks copy the reduced parts out of each other's outputs: no
- * staging copy (if one rank's buffer is ordinary memory, all ranks take the staging windows).
- * Nothing else changes, and any call accepts these buffers. MoE calls on one node read them in
- * place too: dispatch's tokens and combine's expert outputs are not staged but read by peers where
- * they lie (docs/MOE.md, direct mode). Needs the same permission as CMA (TRNCCL_CMA); without it
- * such buffers act as ordinary memory. trncclMemFree takes exactly the pointer trncclMemAlloc
- * returned, once (NULL is ignored), and refuses (trncclInvalidUsage) while a queued call still uses
- * the allocation. size > 0; memory is zeroed and page aligned. */
+ * buffers of a reduce-scatter or reduce (input) or all-reduce (input and output) larger than one
+ * window round (TRNCCL_SHM_CHUNK_BYTES) lie in such memory, each rank reduces its part straight out
+ * of its peers' inputs, and an all-reduce's ranks copy the reduced parts out of each other's
+ * outputs: no staging copy (if one rank's buffer is ordinary memory, all ranks take the staging
+ * windows). Nothing else changes, and any call accepts these buffers. MoE calls on one node read
+ * them in place too: dispatch's tokens and combine's expert outputs are not staged but read by
+ * peers where they lie (docs/MOE.md, direct mode). Needs the same permission as CMA (TRNCCL_CMA);
+ * without it such buffers act as ordinary memory. trncclMemFree takes exactly the pointer
+ * trncclMemAlloc returned, once (NULL is ignored), and refuses (trncclInvalidUsage) while a queued
+ * call still uses the allocation. size > 0; memory is zeroed and page aligned. */
 trncclResult_t trncclMemAlloc(void** ptr, size_t size);
 trncclResult_t trncclMemFree(void* ptr);
 

@@ -251,8 +251,10 @@ size_t allReduceReadBytes(size_t count, size_t esize, int n, int rank, int q) {
   return bytes;
 }
 
-// Reduce-scatter and all-reduce on trncclMemAlloc buffers, at sizes of two window rounds and
-// more (uneven ones): every type x op against the serial reference, in and out of place, and
+enum Reduction { kAllReduce, kReduceScatter, kReduce };
+
+// Reduce-scatter, all-reduce and reduce on trncclMemAlloc buffers, at sizes of two window rounds
+// and more (uneven ones): every type x op against the serial reference, in and out of place, and
 // what each rank read straight out of its peers' allocations. With `ordinaryRank` >= 0 that
 // rank's buffers are ordinary memory in every other call: then every rank takes the windows
 // (nothing read from peers), whatever its own buffers are, and the forms alternate.
@@ -283,7 +285,9 @@ void sharedReductions(int n, int ordinaryRank, bool everyType) {
         for (auto t : types)
           for (auto op : ops)
             for (bool inPlace : {false, true})
-              for (bool reduceScatter : {false, true}) {
+              for (Reduction which : {kAllReduce, kReduceScatter, kReduce}) {
+                const bool reduceScatter = which == kReduceScatter;
+                const int root = static_cast<int>(call % n);  // reduce's
                 const size_t esize = typeSize(t);
                 // All-reduce: 2+ rounds of the 256 KiB windows; reduce-scatter: blocks of 2+
                 // sub-blocks (256 KiB / n) each.
@@ -293,12 +297,13 @@ void sharedReductions(int n, int ordinaryRank, bool everyType) {
                 const bool mine = !(mixed && rank == ordinaryRank);
                 char* send = mine ? shared[0] : ordinary[0].data();
                 char* recv = mine ? shared[1] : ordinary[1].data();
+                const char* names[] = {"all-reduce ", "reduce-scatter ", "reduce "};
                 const std::string what =
-                    std::string(reduceScatter ? "reduce-scatter " : "all-reduce ") + typeName(t) +
-                    " " + opName(op) + (inPlace ? " in place" : " out of place") +
+                    std::string(names[which]) + typeName(t) + " " + opName(op) +
+                    (inPlace ? " in place" : " out of place") +
                     (mixed ? " (rank " + std::to_string(ordinaryRank) + " ordinary)" : "") +
                     " rank " + std::to_string(rank);
-                const uint64_t salt = saltOf(t, op, count) + (reduceScatter ? 7 : 3);
+                const uint64_t salt = saltOf(t, op, count) + 3 + 2 * which;
                 for (int q = 0; q < n; ++q) makeInput(inputs[q], t, op, q, total, salt);
                 std::vector<const Bytes*> sources;
                 for (const Bytes& in : inputs) sources.push_back(&in);
@@ -311,12 +316,14 @@ void sharedReductions(int n, int ordinaryRank, bool everyType) {
                 const size_t outEnd = inPlace ? total * esize : count * esize;
                 std::memset(recv + outEnd, kGuardByte, kGuardBytes);
                 auto before = trafficOf(f, comm, n);
-                trncclResult_t rc = reduceScatter
-                                        ? trncclReduceScatter(input, output, count, t, op, comm)
-                                        : trncclAllReduce(input, output, count, t, op, comm);
+                trncclResult_t rc =
+                    which == kReduceScatter ? trncclReduceScatter(input, output, count, t, op, comm)
+                    : which == kReduce      ? trncclReduce(input, output, count, t, op, root, comm)
+                                            : trncclAllReduce(input, output, count, t, op, comm);
                 if (rc != trncclSuccess)
                   return f.add("%s: %s", what.c_str(), trncclGetLastError(nullptr));
-                expectSame(f, what, output, want.data(), count, t);
+                if (which != kReduce || rank == root)
+                  expectSame(f, what, output, want.data(), count, t);
                 if (inPlace && reduceScatter)  // the other blocks of the input stay as they were
                   for (int q = 0; q < n; ++q)
                     if (q != rank)
@@ -329,10 +336,15 @@ void sharedReductions(int n, int ordinaryRank, bool everyType) {
                     break;
                   }
                 const size_t rounds = (count * esize + kWindowBytes - 1) / kWindowBytes;
-                const unsigned reads = mixed ? 0 : reduceScatter ? 1 : 2 * (rounds - 1);
+                const unsigned reads = mixed              ? 0
+                                       : reduceScatter    ? 1
+                                       : which == kReduce ? rounds - 1
+                                                          : 2 * (rounds - 1);
                 expectReadsSince(f, what, comm, rank, n, before, reads, [&](int q) {
                   // its block of q's input after round 0's sub-block (the windows')
                   if (reduceScatter) return count * esize - subBlockBytes(n, esize);
+                  // reduce: this rank's parts of q's input (they go to the root by the windows)
+                  if (which == kReduce) return allReduceReadBytes(count, esize, n, rank, rank) / 2;
                   return allReduceReadBytes(count, esize, n, rank, q);
                 });
                 if (f.count() > 0) return;
