@@ -172,6 +172,7 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
   bootstrap::PeerInfo me;
   me.hostHash = host.hash;
   me.machineHash = host.machineHash;
+  me.kernelHash = host.kernelHash;
   me.rank = rank_;
   me.pid = getpid();
   me.cmaProbeAddress = reinterpret_cast<uint64_t>(shm::cmaProbeWord());
@@ -477,19 +478,20 @@ void Communicator::buildPlanner(const Settings& s) {
 }
 
 // Oversubscription is about this machine's cores, whatever node identities say (emulated
-// nodes share the cores too, and so do libfabric's progress threads).
+// nodes share the cores too, and so do libfabric's progress threads): ranks count together
+// when they share the kernel, also from containers with their own host names.
 // Every rank of a machine computes the same answer (the table of ranks is the same everywhere).
 bool Communicator::oversubscribed() const {
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   unsigned onThisMachine = 0;
-  for (const auto& p : peers_) onThisMachine += p.machineHash == peers_[rank_].machineHash;
+  for (const auto& p : peers_) onThisMachine += p.kernelHash == peers_[rank_].kernelHash;
   return onThisMachine > cores;
 }
 
 void Communicator::adaptToCores() {
   for (int r = 0; r < nranks_; ++r)
     if (classOfPeer_[r] == topology::LinkClass::kEfa &&
-        peers_[r].machineHash == peers_[rank_].machineHash)
+        peers_[r].kernelHash == peers_[rank_].kernelHash)
       efaPeerOnThisMachine_ = true;
   // Oversubscribed, the peer a rank waits for is often not running: give the core away at the
   // first pass that finds nothing to do (as Open MPI does with more ranks than cores), unless

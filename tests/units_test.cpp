@@ -2,6 +2,9 @@
 // kernels (every compiled ISA variant against the independent reference), the planner's
 // override grammar, unique id text form, node grouping and the shared-memory segment's attach.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -343,6 +346,62 @@ TEST(Topology, GroupsRanksByHost) {
   unsetenv("TRNCCL_HOSTID");
   EXPECT_NE(a.hash, b.hash);
   EXPECT_EQ(a.id, "node-a");
+}
+
+// The identity of a process in a new UTS namespace with its own host name (and, in the second
+// case, a new pid namespace too), as a container on this machine would have: another node, the
+// same kernel (its cores are shared), and pids comparable only within one pid namespace.
+struct IdentityHashes {
+  uint64_t hash, machineHash, kernelHash;
+  bool skipped;
+};
+
+static IdentityHashes identityInNewNamespaces(bool newPidNamespace) {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    IdentityHashes out{0, 0, 0, true};
+    const char name[] = "trnccl-unit-other-host";
+    if (unshare(CLONE_NEWUTS | (newPidNamespace ? CLONE_NEWPID : 0)) == 0 &&
+        sethostname(name, sizeof(name) - 1) == 0) {
+      // A new pid namespace holds the caller's next child, not the caller.
+      const pid_t inner = newPidNamespace ? fork() : 0;
+      if (inner == 0) {
+        auto id = topology::localHostIdentity();
+        out = {id.hash, id.machineHash, id.kernelHash, false};
+        if (write(fds[1], &out, sizeof(out)) != sizeof(out)) _exit(1);
+        _exit(0);
+      }
+      int status = 0;
+      waitpid(inner, &status, 0);
+      _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+    }
+    if (write(fds[1], &out, sizeof(out)) != sizeof(out)) _exit(1);
+    _exit(0);
+  }
+  close(fds[1]);
+  IdentityHashes got{0, 0, 0, true};
+  EXPECT_EQ(read(fds[0], &got, sizeof(got)), static_cast<ssize_t>(sizeof(got)));
+  close(fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  return got;
+}
+
+TEST(Topology, ContainersOnThisMachineShareItsCores) {
+  unsetenv("TRNCCL_HOSTID");
+  const auto here = topology::localHostIdentity();
+  const auto sameKernel = identityInNewNamespaces(false);
+  if (sameKernel.skipped) GTEST_SKIP() << "no new UTS namespace here (needs CAP_SYS_ADMIN)";
+  EXPECT_NE(sameKernel.hash, here.hash) << "another host name is another node";
+  EXPECT_EQ(sameKernel.kernelHash, here.kernelHash) << "the same kernel, so the same cores";
+  EXPECT_EQ(sameKernel.machineHash, here.machineHash) << "the same pid namespace: pids comparable";
+  const auto ownPids = identityInNewNamespaces(true);
+  if (ownPids.skipped) GTEST_SKIP() << "no new pid namespace here";
+  EXPECT_EQ(ownPids.kernelHash, here.kernelHash);
+  EXPECT_NE(ownPids.machineHash, here.machineHash) << "its pids mean other processes here";
 }
 
 // Local rank 0 waits for the others to map the segment and checks meanwhile that they live. A

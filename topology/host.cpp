@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <unordered_map>
 
@@ -31,7 +32,16 @@ HostIdentity localHostIdentity() {
   const std::string machine = identity.name + "/" + bootId;
   identity.id = env::isSet(env::kHostId) ? env::getString(env::kHostId) : machine;
   identity.hash = fnv1a(identity.id);
-  identity.machineHash = fnv1a(machine);
+  // Without a boot id (no /proc) the host name has to stand for the kernel.
+  const std::string kernel = bootId.empty() ? machine : bootId;
+  identity.kernelHash = fnv1a(kernel);
+  // A pid means the same process to two ranks when they share the pid namespace; without
+  // its link, the host name stands for it (containers with their own names usually have
+  // their own pid namespaces too).
+  std::error_code error;
+  const auto pidNamespace = std::filesystem::read_symlink("/proc/self/ns/pid", error);
+  identity.machineHash =
+      fnv1a(kernel + "/" + (error ? "host:" + identity.name : pidNamespace.string()));
   return identity;
 }
 

@@ -11,9 +11,12 @@ struct HostIdentity {
   std::string id;     // TRNCCL_HOSTID, or hostname + boot id
   std::string name;   // hostname, for messages
   uint64_t hash = 0;  // what ranks compare
-  // This machine (hostname + boot id), whatever TRNCCL_HOSTID says: ranks with equal values
-  // share a kernel, so their pids can be watched and their cores are shared.
+  // Whatever TRNCCL_HOSTID says: ranks with equal values share a kernel and a pid namespace
+  // (boot id + the namespace's inode), so one can watch the other's pid.
   uint64_t machineHash = 0;
+  // The kernel alone (boot id): ranks with equal values share the cores, also from containers
+  // with their own host names or pid namespaces (emulated nodes, pods on one machine).
+  uint64_t kernelHash = 0;
 };
 
 HostIdentity localHostIdentity();

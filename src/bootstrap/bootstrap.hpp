@@ -25,6 +25,7 @@ struct PeerInfo {
   uint8_t transportAddress[256] = {};  // reserved for network transports' endpoint names
   uint64_t machineHash = 0;            // HostIdentity::machineHash (wire version 2)
   uint64_t cmaProbeAddress = 0;        // a word local peers read to test CMA (version 3)
+  uint64_t kernelHash = 0;             // HostIdentity::kernelHash (version 4)
 };
 
 struct UniqueIdData {

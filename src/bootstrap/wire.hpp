@@ -6,7 +6,7 @@
 namespace trnccl::bootstrap::wire {
 
 constexpr uint32_t kMagic = 0x544e4231;  // "TNB1"
-constexpr uint16_t kVersion = 3;         // 2: PeerInfo::machineHash, 3: cmaProbeAddress
+constexpr uint16_t kVersion = 4;  // 2: PeerInfo::machineHash, 3: cmaProbeAddress, 4: kernelHash
 constexpr uint32_t kMaxPayload = 16u << 20;
 constexpr uint32_t kIdMagic = 0x74726e69;  // "trni"
 
