@@ -3,8 +3,9 @@
 
 Per size: the hierarchical and flat-ring all-reduce times (medians over every run), the ratio
 ring / hierarchical of the runs made back to back (median and range), and Open MPI's time over
-trnccl's hierarchical one from the same runs (-M 1), for Open MPI over shared memory (vader)
-and over TCP. Then the bytes each rank sent over efa per call, against the model.
+trnccl's hierarchical one from the same runs (-M 1), for Open MPI over shared memory (vader),
+over TCP, and on 2 emulated hosts (vader inside, TCP between) when the script could run them.
+Then the bytes each rank sent over efa per call, against the model.
 usage: topology_summary.py DIR
 """
 import glob
@@ -69,15 +70,19 @@ def main(directory):
     sizes = sorted({size for rows in runs.values() for (impl, size) in rows if impl == "trnccl"})
     rounds = sorted({r for (_, _, r) in runs})
     out = []
-    out.append("4 ranks as 2 emulated nodes x 2 ranks (TRNCCL_HOSTID), shm inside a node, efa "
-               "(libfabric's net provider on loopback) between the nodes; all_reduce_perf float "
+    out.append("4 ranks as 2 emulated nodes x 2 ranks (TRNCCL_HOSTID, or host names under Open "
+               "MPI's emulated hosts), shm inside a node, efa (libfabric's net provider on "
+               "loopback) between the nodes; all_reduce_perf float "
                "sum out of place, -c 0, %d round(s); in each round, for each Open MPI path, the "
                "hierarchical run and the flat-ring run go back to back. Times are medians over "
                "every run; ratios are per round (median and range over rounds)." % len(rounds))
     out.append("")
-    out.append("| size | hierarchical (us) | flat ring (us) | ring / hierarchical | "
-               "Open MPI vader / hierarchical | Open MPI tcp / hierarchical |")
-    out.append("|---|---|---|---|---|---|")
+    paths = [p for p in ("hosts", "vader", "tcp") if any(b == p for (_, b, _) in runs)]
+    titles = {"hosts": "Open MPI 2 x 2 hosts / hierarchical",
+              "vader": "Open MPI vader / hierarchical", "tcp": "Open MPI tcp / hierarchical"}
+    out.append("| size | hierarchical (us) | flat ring (us) | ring / hierarchical | %s |"
+               % " | ".join(titles[p] for p in paths))
+    out.append("|---|---|---|---|%s" % ("---|" * len(paths)))
     for size in sizes:
         hier, ring, speedup = [], [], []
         vs_mpi = defaultdict(list)
@@ -93,10 +98,10 @@ def main(directory):
                 mpi = rows.get(("mpi", size))
                 if mpi:
                     vs_mpi[btl].append(mpi / t)
-        out.append("| %s | %.0f | %.0f | %s | %s | %s |" % (
+        out.append("| %s | %.0f | %.0f | %s | %s |" % (
             human(size), statistics.median(hier) if hier else 0,
-            statistics.median(ring) if ring else 0, span(speedup), span(vs_mpi["vader"]),
-            span(vs_mpi["tcp"])))
+            statistics.median(ring) if ring else 0, span(speedup),
+            " | ".join(span(vs_mpi[p]) for p in paths)))
     out.append("")
     out.append("Bytes sent over efa per rank and call (16 MiB all-reduce, one call out of place and "
                "one in place; the harness's own synchronisation adds a few bytes):")
