@@ -9,7 +9,7 @@
 // descriptors and decides alike; round 0 finishes through the windows either way).
 #pragma once
 
-#include <functional>
+#include <concepts>
 
 #include "collectives/direct_rounds.hpp"
 
@@ -35,25 +35,57 @@ bool ownBuffersShared(const CollArgs& a, const CommView& c, const SharedNeed& ne
 // published buffers are shared as `need` says.
 bool everyRankShares(const CommView& c, uint64_t seq, const SharedNeed& need);
 
-// What a call does once every rank has published its buffers: plans the rest of the call,
-// given the slot round 0 was staged in and whether every rank's buffers meet the need.
-using RestOfCall = std::function<Status(ScheduleBuilder& later, int slot, bool allShared)>;
+// A windows form whose rounds after the first may instead read (and reduce) peers' buffers
+// where they lie. Plans hold references to the call's arguments: the decision's callback,
+// which outlives the call that built it, makes its own plan over its own copies of them.
+//   stage(b, slot, 0)          round 0's first phase (this rank's part into its window slot);
+//   finishFirstRound(b, slot)  the rest of round 0, through the windows;
+//   runRounds(b, first, publish)  the windows form from round `first`;
+//   singleCopyRest(b)          every round after the first out of the peers' buffers, ending
+//                              where the peers are done reading this rank's.
+template <typename Plan>
+concept WindowsWithSingleCopyRest = requires(const Plan& p, ScheduleBuilder& b, int slot) {
+  { p.rounds() } -> std::convertible_to<size_t>;
+  p.stage(b, slot, size_t{0});
+  p.finishFirstRound(b, slot);
+  p.runRounds(b, size_t{0}, true);
+  p.singleCopyRest(b);
+};
 
-// Plans the windows form's round 0 (stage0(slot) stages it) with this rank's buffers published
-// beside it; after that round's first wait (which also checks the calls match), rest decides
-// and plans the remainder. Calls that may take the single-copy form go this way; the others
-// plan the windows straight away (their descriptors name no buffers, which tells the rest).
-template <typename Stage0>
-void decideAfterFirstRound(ScheduleBuilder& b, const CollArgs& a, const CommView& c,
-                           const SharedNeed& need, const Stage0& stage0, RestOfCall rest) {
+// Plans the call through the windows, or, when it takes two rounds or more and `mayShare()`
+// (usually: this rank's own buffers are shared as `need` says), publishes its buffers beside round
+// 0's staging and decides after that round's first wait (which also checks the calls match): single
+// copy for the rest when every rank's buffers meet the need, else the windows' rounds. Round 0
+// finishes through the windows either way. A rank that plans the windows at once publishes a
+// descriptor naming no buffers, which sends the others to the windows too. makePlan(args, view)
+// makes the plan (see WindowsWithSingleCopyRest).
+template <typename MayShare, typename MakePlan>
+void windowsOrSingleCopy(ScheduleBuilder& b, const CollArgs& a, const CommView& c,
+                         const SharedNeed& need, const MayShare& mayShare, MakePlan makePlan) {
+  const auto plan = makePlan(a, c);
+  static_assert(WindowsWithSingleCopyRest<decltype(plan)>);
+  // A call of one round gains nothing from the single-copy form: it would add a post and wait
+  // (nobody may return while peers read its buffers) to save no copy the staging has not
+  // already made. (mayShare() looks the buffers up: not for the many one-round calls.)
+  if (plan.rounds() < 2 || !mayShare()) {
+    plan.runRounds(b, 0, true);
+    return;
+  }
   b.publishDescriptor(describeBuffers(a));
   const int slot = b.acquireSlot();
-  stage0(slot);
+  plan.stage(b, slot, 0);
   b.waitAll(b.post());
   b.checkDescriptors();
   const uint64_t seq = b.schedule().descriptor.seq;
-  b.callback([view = c, seq, need, slot, rest = std::move(rest)](ScheduleBuilder& later) {
-    return rest(later, slot, everyRankShares(view, seq, need));
+  b.callback([args = a, view = c, seq, need, slot, makePlan](ScheduleBuilder& later) {
+    const auto plan = makePlan(args, view);
+    plan.finishFirstRound(later, slot);
+    later.releaseSlotAt(slot, later.nextPostValue());
+    if (everyRankShares(view, seq, need))
+      plan.singleCopyRest(later);
+    else
+      plan.runRounds(later, 1, false);
+    return Status::ok();
   });
 }
 

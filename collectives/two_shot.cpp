@@ -59,6 +59,24 @@ struct TwoShot {
         [&](int slot, size_t k) { copyOut(b, slot, k); });
   }
 
+  void finishFirstRound(ScheduleBuilder& later, int slot) const {
+    reduce(later, slot, 0);
+    later.waitAll(later.post());
+    copyOut(later, slot, 0);
+  }
+  void singleCopyRest(ScheduleBuilder& later) const {
+    if (copyOutRank < 0) {
+      singleCopyRounds(later, 1);
+      return;
+    }
+    // Reduce: each round's parts are reduced out of the inputs into the windows, and the root
+    // copies them out. The wait between the two phases of the last round is where every rank
+    // has finished reading the inputs, so no wait is added.
+    directRoundsFrom(
+        later, a, 1, rounds(), false, [&](int s, size_t k) { reduceMapped(later, s, k); },
+        [&](int s, size_t k) { copyOut(later, s, k); });
+  }
+
   // The single-copy all-reduce, rounds first..: per round this rank reduces its part out of
   // every rank's input (read where it lies), posts, and copies the other parts out of their
   // owners' outputs; a last post and wait keep every rank in the call until its peers are done
@@ -89,41 +107,14 @@ struct TwoShot {
 }  // namespace
 
 void twoShotDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c, int copyOutRank) {
-  const TwoShot plan{a, c, copyOutRank};
+  const size_t bytes = a.count * elementSize(a);
   // All-reduce reads peers' inputs and outputs; reduce only the inputs (its parts go through
   // the windows to the root).
-  const SharedNeed need{a.count * plan.esize, copyOutRank < 0 ? a.count * plan.esize : 0};
-  // A call of one round gains nothing from the single-copy form: it would add a post and wait
-  // (nobody may return while peers read its buffers) to save no copy the staging has not
-  // already made.
-  if (plan.rounds() < 2 || !ownBuffersShared(a, c, need)) {
-    plan.runRounds(b, 0, true);
-    return;
-  }
-  decideAfterFirstRound(
-      b, a, c, need, [&](int slot) { plan.stage(b, slot, 0); },
-      [args = a, view = c, copyOutRank](ScheduleBuilder& later, int slot, bool allShared) {
-        // Round 0 finishes through the windows either way; the rest through the windows too,
-        // or, when every rank's buffers are shared, single copy.
-        const TwoShot plan{args, view, copyOutRank};
-        plan.reduce(later, slot, 0);
-        later.waitAll(later.post());
-        plan.copyOut(later, slot, 0);
-        later.releaseSlotAt(slot, later.nextPostValue());
-        if (!allShared) {
-          plan.runRounds(later, 1, false);
-        } else if (copyOutRank < 0) {
-          plan.singleCopyRounds(later, 1);
-        } else {
-          // Reduce: each round's parts are reduced out of the inputs into the windows, and the
-          // root copies them out. The wait between the two phases of the last round is where
-          // every rank has finished reading the inputs, so no wait is added.
-          directRoundsFrom(
-              later, args, 1, plan.rounds(), false,
-              [&](int s, size_t k) { plan.reduceMapped(later, s, k); },
-              [&](int s, size_t k) { plan.copyOut(later, s, k); });
-        }
-        return Status::ok();
+  const SharedNeed need{bytes, copyOutRank < 0 ? bytes : 0};
+  windowsOrSingleCopy(
+      b, a, c, need, [&] { return ownBuffersShared(a, c, need); },
+      [copyOutRank](const CollArgs& args, const CommView& view) {
+        return TwoShot{args, view, copyOutRank};
       });
 }
 

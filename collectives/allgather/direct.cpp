@@ -48,6 +48,11 @@ struct AllGatherWindows {
       else if (!inPlace)
         later.copy(byteAt(a.recvbuff, q * bytes + from), byteAt(a.sendbuff, from), bytes - from);
   }
+  void finishFirstRound(ScheduleBuilder& later, int slot) const { copyOut(later, slot, 0); }
+  void singleCopyRest(ScheduleBuilder& later) const {
+    singleCopyFrom(later, perRound * esize);
+    later.waitAll(later.post());
+  }
 };
 
 }  // namespace
@@ -68,23 +73,10 @@ Status allGatherDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
     return Status::ok();
   }
   const SharedNeed need{bytes, 0};
-  if (plan.rounds() < 2 || !ownBuffersShared(a, c, need)) {
-    plan.runRounds(b, 0, true);
-    return Status::ok();
-  }
-  decideAfterFirstRound(
-      b, a, c, need, [&](int slot) { plan.stage(b, slot, 0); },
-      [args = a, view = c](ScheduleBuilder& later, int slot, bool allShared) {
-        // Round 0 finishes through the windows either way.
-        const AllGatherWindows plan{args, view};
-        plan.copyOut(later, slot, 0);
-        later.releaseSlotAt(slot, later.nextPostValue());
-        if (allShared) {
-          plan.singleCopyFrom(later, plan.perRound * plan.esize);
-          later.waitAll(later.post());
-        } else
-          plan.runRounds(later, 1, false);
-        return Status::ok();
+  windowsOrSingleCopy(
+      b, a, c, need, [&] { return ownBuffersShared(a, c, need); },
+      [](const CollArgs& args, const CommView& view) {
+        return AllGatherWindows{args, view};
       });
   return Status::ok();
 }

@@ -82,6 +82,44 @@ void exchangeRounds(ScheduleBuilder& b, const CollArgs& a, const CommView& c, co
     directRoundsFrom(b, a, first, rounds, publish, stage, copyOut);
 }
 
+// All-to-all's windows form as a plan for windowsOrSingleCopy. Its blocks are filled in a
+// per-thread Blocks, read only while rounds are built (small calls take this form too, and
+// the allocations would cost as much as their whole data path).
+struct AllToAllWindows {
+  const CollArgs& a;
+  const CommView& c;
+  const Blocks* blocks;
+  size_t block = a.count * elementSize(a);
+
+  static AllToAllWindows make(const CollArgs& a, const CommView& c) {
+    thread_local Blocks uniform;
+    fillBlocks(a, c.nranks, &uniform);
+    return AllToAllWindows{a, c, &uniform};
+  }
+  size_t rounds() const { return ceilDiv(block, subBlockBytes(c)); }
+  void stage(ScheduleBuilder& b, int slot, size_t k) const {
+    stageRound(b, a, c, blocks, slot, k, block);
+  }
+  void runRounds(ScheduleBuilder& b, size_t first, bool publish) const {
+    exchangeRounds(b, a, c, blocks, first, rounds(), publish);
+  }
+  void finishFirstRound(ScheduleBuilder& later, int slot) const {
+    copyOutRound(later, a, c, blocks, slot, 0);
+  }
+  // Out of place only: the rest of every block out of its sender's input.
+  void singleCopyRest(ScheduleBuilder& later) const {
+    const size_t from = subBlockBytes(c);
+    for (int q = 0; q < c.nranks; ++q) {
+      void* to = byteAt(a.recvbuff, q * block + from);
+      if (q != c.rank)
+        later.cmaRead(to, q, c.rank * block + from, block - from);
+      else
+        later.copy(to, byteAt(a.sendbuff, q * block + from), block - from);
+    }
+    later.waitAll(later.post());  // peers are done reading this rank's input
+  }
+};
+
 // The bytes a rank sends to its peers count against TRNCCL_LL_MAX_BYTES, as a reduce-scatter's
 // input does; the lines must also hold one line-aligned block per peer.
 bool fitsSmallMessageLines(const CommView& c, size_t block) {
@@ -127,42 +165,13 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
     return Status::ok();
   }
   if (a.kind == CollKind::kAllToAll) {
-    // Uniform blocks, used only while this call's schedule is built: a per-thread Blocks
-    // saves the allocations, which cost as much as a small call's whole data path.
-    thread_local Blocks uniform;
-    fillBlocks(a, c.nranks, &uniform);
-    const size_t rounds = ceilDiv(block, sub);
-    const SharedNeed need{c.nranks * block, 0};
     // Out of place, with every rank's input in trncclMemAlloc memory, the rounds after the
     // first read the blocks where they lie (collectives/shared_buffers.hpp). A rank working in
     // place takes the windows, and its descriptor (naming no buffer) sends its peers there too.
-    if (rounds < 2 || a.sendbuff == a.recvbuff || !ownBuffersShared(a, c, need)) {
-      exchangeRounds(b, a, c, &uniform, 0, rounds, true);
-      return Status::ok();
-    }
-    decideAfterFirstRound(
-        b, a, c, need, [&](int slot) { stageRound(b, a, c, &uniform, slot, 0, block); },
-        [args = a, view = c, rounds](ScheduleBuilder& later, int slot, bool allShared) {
-          // Round 0 finishes through the windows either way.
-          Blocks blocks;
-          fillBlocks(args, view.nranks, &blocks);
-          copyOutRound(later, args, view, &blocks, slot, 0);
-          later.releaseSlotAt(slot, later.nextPostValue());
-          if (!allShared) {
-            exchangeRounds(later, args, view, &blocks, 1, rounds, false);
-            return Status::ok();
-          }
-          const size_t bytes = args.count * elementSize(args), from = subBlockBytes(view);
-          for (int q = 0; q < view.nranks; ++q) {
-            void* to = byteAt(args.recvbuff, q * bytes + from);
-            if (q != view.rank)
-              later.cmaRead(to, q, view.rank * bytes + from, bytes - from);
-            else
-              later.copy(to, byteAt(args.sendbuff, q * bytes + from), bytes - from);
-          }
-          later.waitAll(later.post());  // peers are done reading this rank's input
-          return Status::ok();
-        });
+    const SharedNeed need{c.nranks * block, 0};
+    windowsOrSingleCopy(
+        b, a, c, need, [&] { return a.sendbuff != a.recvbuff && ownBuffersShared(a, c, need); },
+        AllToAllWindows::make);
     return Status::ok();
   }
   auto blocks = std::make_shared<Blocks>();

@@ -29,6 +29,11 @@ struct BroadcastWindows {
         [&](int slot, size_t k) { stage(b, slot, k); },
         [&](int slot, size_t k) { copyOut(b, slot, k); });
   }
+  void finishFirstRound(ScheduleBuilder& later, int slot) const { copyOut(later, slot, 0); }
+  void singleCopyRest(ScheduleBuilder& later) const {
+    if (!isRoot) later.cmaRead(byteAt(a.recvbuff, perRound), a.root, perRound, bytes - perRound);
+    later.waitAll(later.post());  // the root stays until every reader is done
+  }
 };
 
 }  // namespace
@@ -49,26 +54,10 @@ Status broadcastDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
   if (plan.isRoot) b.copy(a.recvbuff, a.sendbuff, bytes);
   // Only the root's buffer is read, and only the root knows where it lies: every rank takes
   // the way that decides after round 0 whenever the node lets ranks map each other's memory.
-  if (plan.rounds() < 2 || !c.mapsPeerMemory()) {
-    plan.runRounds(b, 0, true);
-    return Status::ok();
-  }
-  decideAfterFirstRound(
-      b, a, c, SharedNeed{bytes, 0, a.root}, [&](int slot) { plan.stage(b, slot, 0); },
-      [args = a, view = c](ScheduleBuilder& later, int slot, bool allShared) {
-        // Round 0 finishes through the windows either way.
-        const BroadcastWindows plan{args, view};
-        plan.copyOut(later, slot, 0);
-        later.releaseSlotAt(slot, later.nextPostValue());
-        if (!allShared) {
-          plan.runRounds(later, 1, false);
-          return Status::ok();
-        }
-        if (!plan.isRoot)
-          later.cmaRead(byteAt(args.recvbuff, plan.perRound), args.root, plan.perRound,
-                        plan.bytes - plan.perRound);
-        later.waitAll(later.post());  // the root stays until every reader is done
-        return Status::ok();
+  windowsOrSingleCopy(
+      b, a, c, SharedNeed{bytes, 0, a.root}, [&] { return c.mapsPeerMemory(); },
+      [](const CollArgs& args, const CommView& view) {
+        return BroadcastWindows{args, view};
       });
   return Status::ok();
 }

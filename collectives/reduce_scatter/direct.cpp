@@ -35,6 +35,15 @@ struct ReduceScatterWindows {
         [&](int slot, size_t k) { stage(b, slot, k); },
         [&](int slot, size_t k) { reduce(b, slot, k); });
   }
+  void finishFirstRound(ScheduleBuilder& later, int slot) const { reduce(later, slot, 0); }
+  // The rest of the block in one pass out of the peers' inputs. In place the output is this
+  // rank's own block of its input, which only this rank reads.
+  void singleCopyRest(ScheduleBuilder& later) const {
+    const size_t from = c.rank * a.count + perRound;  // elements into the input
+    reduceFromPeers(later, a, c, byteAt(a.recvbuff, perRound * esize),
+                    byteAt(a.sendbuff, from * esize), from * esize, a.count - perRound);
+    later.waitAll(later.post());  // peers are done reading this rank's input
+  }
 };
 
 }  // namespace
@@ -53,32 +62,11 @@ Status reduceScatterDirect(ScheduleBuilder& b, const CollArgs& a, const CommView
                a.op == trncclAvg ? n : 0, c.rank * blockBytes);
     return Status::ok();
   }
-  const ReduceScatterWindows plan{a, c};
   const SharedNeed need{n * blockBytes, 0};
-  // One round gains nothing from the single-copy form (see two_shot.cpp).
-  if (plan.rounds() < 2 || !ownBuffersShared(a, c, need)) {
-    plan.runRounds(b, 0, true);
-    return Status::ok();
-  }
-  decideAfterFirstRound(
-      b, a, c, need, [&](int slot) { plan.stage(b, slot, 0); },
-      [args = a, view = c](ScheduleBuilder& later, int slot, bool allShared) {
-        // Round 0 finishes through the windows either way; the rest through the windows too,
-        // or, when every rank's input is shared, in one pass out of the peers' inputs. In
-        // place the output is this rank's own block of its input, which only this rank reads.
-        const ReduceScatterWindows plan{args, view};
-        plan.reduce(later, slot, 0);
-        later.releaseSlotAt(slot, later.nextPostValue());
-        if (!allShared) {
-          plan.runRounds(later, 1, false);
-          return Status::ok();
-        }
-        const size_t from = view.rank * args.count + plan.perRound;  // elements into the input
-        reduceFromPeers(later, args, view, byteAt(args.recvbuff, plan.perRound * plan.esize),
-                        byteAt(args.sendbuff, from * plan.esize), from * plan.esize,
-                        args.count - plan.perRound);
-        later.waitAll(later.post());  // peers are done reading this rank's input
-        return Status::ok();
+  windowsOrSingleCopy(
+      b, a, c, need, [&] { return ownBuffersShared(a, c, need); },
+      [](const CollArgs& args, const CommView& view) {
+        return ReduceScatterWindows{args, view};
       });
   return Status::ok();
 }
