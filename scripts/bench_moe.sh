@@ -3,7 +3,9 @@
 # round trip, the hand-written dispatch over Open MPI and the same over trncclAllToAllv are
 # timed side by side in each run. Layouts: 2 ranks and 4 ranks (oversubscribed on a 2-core
 # machine) on shared memory, and 2 emulated nodes x 2 ranks (TRNCCL_HOSTID; efa over
-# libfabric on loopback between the nodes, Open MPI's tcp BTL as if the hosts were apart);
+# libfabric on loopback between the nodes, Open MPI's tcp BTL as if the hosts were apart; and,
+# as root, on 2 emulated hosts, scripts/emulated_node_ssh.sh, where Open MPI uses vader inside
+# a host and TCP between them);
 # uniform and Zipf-1.2 routing; fp8 payloads (e4m3 with per-token scales, combine in bf16) on
 # shared memory, uniform; the engine's outputs in trncclMemAlloc memory (-A 1); the engine
 # with TRNCCL_MOE_DIRECT=0 (rows over the shm rings); several rounds, so the summary gives
@@ -36,6 +38,11 @@ fi
 MPIRUN=(mpirun --oversubscribe --mca oob_tcp_if_include lo --mca pml ob1
         --mca btl_tcp_if_include lo -x FI_TCP_IFACE=lo -x FI_NET_IFACE=lo)
 [ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
+# Open MPI's emulated hosts (scripts/emulated_node_ssh.sh): each believes it owns every core.
+HOSTS=(--host nodea:2,nodeb:2 --bind-to none --mca mpi_yield_when_idle 1
+       --mca plm_rsh_agent "$PWD/scripts/emulated_node_ssh.sh")
+hosts=0
+unshare --uts true 2>/dev/null && hosts=1
 failures=0
 extra=()  # more moe_dispatch_perf flags for the next runs (the payload type)
 run() {  # layout tag, ranks, Open MPI btl, zipf, round, [-m MODE], [wrapper...]
@@ -65,6 +72,8 @@ for round in $(seq 1 "$rounds"); do
       run "nodes2x2_$mode" 4 self,tcp "$zipf" "$round" -m "$mode" \
         bash -c 'TRNCCL_HOSTID=node-$((OMPI_COMM_WORLD_RANK / 2)) exec "$@"' rank
     done
+    [ "$hosts" -eq 1 ] &&
+      run hosts2x2_hierarchical 4 self,vader,tcp "$zipf" "$round" -m hierarchical "${HOSTS[@]}"
   done
   extra=(-d fp8)
   run shm2_fp8 2 self,vader 0 "$round"
