@@ -20,7 +20,8 @@ Installs the Debian packages (scripts/install-deps.sh), builds (scripts/build.sh
      TRNCCL_TRANSPORT=efa beside Open MPI's tcp BTL and its ofi MTL, 256 KiB-64 MiB (trnccl over
      net against both, and over tcp;ofi_rxm against the MTL on tcp;ofi_rxm).
   3. the topology benchmark (scripts/bench_topology.sh): hierarchical all-reduce beside the
-     flat ring and Open MPI on 2 emulated nodes x 2 ranks, 1-64 MiB, 5 alternating rounds, and
+     flat ring and Open MPI on 2 emulated nodes x 2 ranks (as root also on 2 emulated hosts,
+     scripts/emulated_node_ssh.sh), 1-64 MiB, 5 alternating rounds, and
      the bytes each rank sends over efa against the model.
   4. the micro benchmarks (kernels_bench, shm_ring_bench, and any of fabric_bench,
      planner_bench that are built) with 5 repetitions, median/mean/stddev aggregates.
