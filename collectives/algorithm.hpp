@@ -71,7 +71,8 @@ struct CommView {
   shm::Segment* segment = nullptr;
   size_t windowBytes = 0;  // per window slot
   size_t oneShotMaxBytes = 0;
-  size_t llMaxBytes = 0;  // small-message lines (at most shm::kLLMaxBytes)
+  size_t aggregateMaxBytes = 16 << 10;  // TRNCCL_AGGREGATE_MAX_BYTES
+  size_t llMaxBytes = 0;                // small-message lines (at most shm::kLLMaxBytes)
   // The blocks direct schedules read from peers' user buffers with CMA instead of staging
   // them in windows.
   CmaBand cma;

@@ -291,6 +291,10 @@ double hierarchical(CollKind kind, double bytes, const PlanShape& s, const CostP
              chain(c, s, s.nranks / nodes, s.intra, bytes, false);
     case CollKind::kAllToAll:
     case CollKind::kAllToAllv: {
+      // Blocks past TRNCCL_AGGREGATE_MAX_BYTES go straight to their ranks, all at once: as the
+      // pairwise exchange moves them (all-to-all-v's blocks are taken as the mean one).
+      if (bytes / s.nranks > static_cast<double>(s.aggregateMaxBytes))
+        return ringFamily(kind, bytes, s, c);
       // Inside the node, directly; for each other node, one rank of the node gathers its
       // node's data for it, sends it over efa at once, and the receiver fans it out. The
       // nodes - 1 exchanges are shared among the k ranks.
@@ -358,6 +362,7 @@ PlanShape planShapeOf(const CommView& view) {
   s.windowBytes = view.windowBytes ? view.windowBytes : s.windowBytes;
   s.llMaxBytes = view.llMaxBytes;
   s.oneShotMaxBytes = view.oneShotMaxBytes;
+  s.aggregateMaxBytes = view.aggregateMaxBytes;
   s.cma = view.cma;
   s.oversubscribed = view.oversubscribed;
   if (view.topology) {

@@ -86,8 +86,9 @@ struct PlanShape {
   size_t windowBytes = 256 << 10;
   size_t llMaxBytes = 64;
   size_t oneShotMaxBytes = 16 << 10;
-  CmaBand cma;                  // CommView::cma
-  bool oversubscribed = false;  // CommView::oversubscribed
+  size_t aggregateMaxBytes = 16 << 10;  // CommView::aggregateMaxBytes
+  CmaBand cma;                          // CommView::cma
+  bool oversubscribed = false;          // CommView::oversubscribed
 };
 
 PlanShape planShapeOf(const CommView& view);

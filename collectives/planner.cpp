@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 
 #include "collectives/registry.hpp"
 #include "collectives/shapes.hpp"
@@ -93,15 +94,54 @@ Planner::Planner(CommView view, AlgoOverrides overrides, CostParams costs)
   shape_ = planShapeOf(view_);
   for (int k = 0; k < static_cast<int>(CollKind::kCount); ++k) {
     const auto kind = static_cast<CollKind>(k);
+    if (kind == CollKind::kAllToAllv) {
+      std::fill(std::begin(table_[k]), std::end(table_[k]), leastRegret(kind));
+      continue;
+    }
     for (int bucket = 0; bucket < kBuckets; ++bucket) {
-      // Empty calls go as the smallest ones do; all-to-all-v, whose sizes differ between
-      // ranks, always plans at 0 (every rank must choose alike).
-      const size_t planned = bucket == 0 && kind != CollKind::kAllToAllv ? 1 : bucketBytes(bucket);
+      // Empty calls go as the smallest ones do.
+      const size_t planned = bucket == 0 ? 1 : bucketBytes(bucket);
       const auto options = ranked(kind, planned);
       // Nothing modeled (send/receive; everything excluded): the ring family runs anything.
       table_[k][bucket] = options.empty() ? Algorithm::kRing : options.front().algo;
     }
   }
+}
+
+// All-to-all-v's sizes differ between ranks, so a rank cannot plan by size without asking the
+// others first, and every rank must choose alike: one algorithm for every call, the one whose
+// modeled time is the least worse than the best at its worst size (1 B to the last bucket).
+// Planned at 0 bytes, as it once was, it took the node-aggregated form on 2 emulated nodes x 2
+// ranks, which was 0.48-0.60x Open MPI's time at 1-16 MiB where the pairwise ring was
+// 1.07-1.34x (docs/PLANNER.md).
+Algorithm Planner::leastRegret(CollKind kind) const {
+  std::vector<double> worst(static_cast<int>(Algorithm::kCount), 1.0);
+  bool any = false;
+  for (int bucket = 1; bucket < kBuckets; ++bucket) {
+    const auto options = ranked(kind, bucketBytes(bucket));
+    if (options.empty()) continue;
+    any = true;
+    std::vector<bool> modeled(worst.size(), false);
+    for (const Candidate& c : options) {
+      const auto a = static_cast<size_t>(c.algo);
+      modeled[a] = true;
+      worst[a] = std::max(worst[a], c.us / std::max(options.front().us, 1e-9));
+    }
+    // An algorithm not modeled at some size cannot be chosen for every size.
+    for (size_t a = 0; a < worst.size(); ++a)
+      if (!modeled[a]) worst[a] = std::numeric_limits<double>::infinity();
+  }
+  if (!any) return Algorithm::kRing;
+  Algorithm best = Algorithm::kRing;
+  double bestWorst = std::numeric_limits<double>::infinity();
+  for (const auto& info : algorithms()) {  // registry order breaks ties
+    const double w = worst[static_cast<size_t>(info.algo)];
+    if (w < bestWorst) {
+      best = info.algo;
+      bestWorst = w;
+    }
+  }
+  return best;
 }
 
 bool Planner::runs(CollKind kind, Algorithm algo, std::string* whyNot) const {
@@ -237,15 +277,21 @@ std::vector<std::string> Planner::planDetails() const {
   for (int k = 0; k < static_cast<int>(CollKind::kSendRecv); ++k) {
     const auto kind = static_cast<CollKind>(k);
     for (const PlanRange& range : ranges(kind)) {
-      const size_t at = representative(range);
+      const bool everySize = range.fromBytes == 0 && range.toBytes == kPlanMaxBytes;
       std::string line =
-          strformat("%s %s%s%s%s: %s", collName(kind), range.fromBytes == 0 ? "" : ">",
-                    sizeText(range.fromBytes == 0 ? 0 : range.fromBytes - 1).c_str(),
-                    range.toBytes == kPlanMaxBytes ? "" : "..",
-                    range.toBytes == kPlanMaxBytes ? "" : sizeText(range.toBytes).c_str(),
-                    algorithmName(range.algo));
-      const auto options = ranked(kind, at);
-      if (!options.empty()) {
+          everySize
+              ? strformat("%s every size: %s", collName(kind), algorithmName(range.algo))
+              : strformat("%s %s%s%s%s: %s", collName(kind), range.fromBytes == 0 ? "" : ">",
+                          sizeText(range.fromBytes == 0 ? 0 : range.fromBytes - 1).c_str(),
+                          range.toBytes == kPlanMaxBytes ? "" : "..",
+                          range.toBytes == kPlanMaxBytes ? "" : sizeText(range.toBytes).c_str(),
+                          algorithmName(range.algo));
+      // All-to-all-v has one choice for every size (leastRegret): shown at both ends.
+      std::vector<size_t> sizes = {representative(range)};
+      if (kind == CollKind::kAllToAllv) sizes.insert(sizes.begin(), size_t{4} << 10);
+      for (size_t at : sizes) {
+        const auto options = ranked(kind, at);
+        if (options.empty()) continue;
         line += " (modeled at " + sizeText(at) + ":";
         for (size_t i = 0; i < options.size(); ++i)
           line += strformat("%s %s %.1f us", i == 0 ? "" : ",", algorithmName(options[i].algo),

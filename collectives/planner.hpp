@@ -42,7 +42,7 @@ class Planner {
  public:
   Planner(CommView view, AlgoOverrides overrides, CostParams costs = machineCosts());
   // bytes: count * element size as the call gives it (per rank for all-gather and
-  // reduce-scatter, per peer for all-to-all, 0 for all-to-all-v).
+  // reduce-scatter, per peer for all-to-all; all-to-all-v has one choice for every size).
   Result<Algorithm> choose(CollKind kind, size_t bytes) const;
   // Builds the schedule for a call with the chosen algorithm.
   Status build(ScheduleBuilder& b, const CollArgs& a, Algorithm algo) const;
@@ -71,6 +71,8 @@ class Planner {
   // Whether algo exists for kind and fits this communicator; if not, why (for refusals).
   bool runs(CollKind kind, Algorithm algo, std::string* whyNot) const;
   size_t callBytes(CollKind kind, size_t bytes) const;
+  // The one algorithm for every size of a collective whose ranks' sizes differ (all-to-all-v).
+  Algorithm leastRegret(CollKind kind) const;
 
   CommView view_;
   AlgoOverrides overrides_;

@@ -24,6 +24,7 @@ namespace trnccl {
 struct Communicator::Settings {
   size_t windowBytes = 0, ringSlots = 0, ringSlotBytes = 0, oneShotMaxBytes = 0, llMaxBytes = 0;
   size_t streamCopyBytes = 0;
+  size_t aggregateMaxBytes = 0;
   size_t cmaMinBytes = 0;  // 0: TRNCCL_CMA=0
   size_t cmaMaxBytes = 0;  // 0: decided at init (shm::cmaMaxBytes)
   int pipelineChunks = 0;
@@ -83,6 +84,7 @@ Status Communicator::readSettings(const CommOptions& options, Settings* s) {
                            Bounded{env::kShmRingSlots, 2, 1024, &s->ringSlots},
                            Bounded{env::kShmRingSlotBytes, 4096, 64LL << 20, &s->ringSlotBytes},
                            Bounded{env::kOneShotMaxBytes, 0, 1LL << 30, &s->oneShotMaxBytes},
+                           Bounded{env::kAggregateMaxBytes, 0, INT64_MAX, &s->aggregateMaxBytes},
                            Bounded{env::kLLMaxBytes, 0, shm::kLLMaxBytes, &s->llMaxBytes},
                            Bounded{env::kStreamCopyBytes, 0, INT64_MAX, &s->streamCopyBytes},
                            Bounded{env::kCmaMinBytes, 1, INT64_MAX, &s->cmaMinBytes},
@@ -252,9 +254,9 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
   const uint64_t transportHash = std::hash<std::string>{}(s.transportText);
   // What the planner's choices depend on besides the topology: the cost model and the shm
   // protocol limits (every node's segment takes its creator's values).
-  const uint64_t planHash =
-      std::hash<std::string>{}(tuningText(s.costs) + strformat("%zu %zu %zu", s.windowBytes,
-                                                               s.oneShotMaxBytes, s.llMaxBytes));
+  const uint64_t planHash = std::hash<std::string>{}(
+      tuningText(s.costs) + strformat("%zu %zu %zu %zu", s.windowBytes, s.oneShotMaxBytes,
+                                      s.llMaxBytes, s.aggregateMaxBytes));
   std::string blob;
   for (uint64_t word : {algoHash, transportHash, graphHash, static_cast<uint64_t>(myChip.value()),
                         static_cast<uint64_t>(s.pipelineChunks), planHash})
@@ -301,10 +303,10 @@ Status Communicator::joinJob(const trncclUniqueId& id, Settings* settings) {
       return makeError(Code::kInvalidUsage,
                        "rank %d and rank %d plan with different numbers (this rank: cost model "
                        "from %s, TRNCCL_SHM_CHUNK_BYTES=%zu, TRNCCL_ONESHOT_MAX_BYTES=%zu, "
-                       "TRNCCL_LL_MAX_BYTES=%zu); set TRNCCL_TUNING_FILE and these variables "
-                       "alike on every rank",
+                       "TRNCCL_LL_MAX_BYTES=%zu, TRNCCL_AGGREGATE_MAX_BYTES=%zu); set "
+                       "TRNCCL_TUNING_FILE and these variables alike on every rank",
                        rank_, r, s.costs.origin.c_str(), s.windowBytes, s.oneShotMaxBytes,
-                       s.llMaxBytes);
+                       s.llMaxBytes, s.aggregateMaxBytes);
     if (viaEfa[r]) {
       efaAddresses[r] = theirs.substr(kSettingsBytes);
       if (efaAddresses[r].empty())
@@ -468,6 +470,7 @@ void Communicator::buildPlanner(const Settings& s) {
   view.segment = &segment_;
   view.windowBytes = segment_.params().windowBytes;  // the creator's values bind everyone
   view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;
+  view.aggregateMaxBytes = s.aggregateMaxBytes;
   view.llMaxBytes = segment_.params().llMaxBytes;
   if (cmaReadable_) {
     view.cma.minBytes = segment_.params().cmaMinBytes;

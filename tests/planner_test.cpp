@@ -212,7 +212,7 @@ TEST(Planner, ChoiceIsTheCheapestCandidateAtEverySize) {
                                  ? 6
                                  : 1;
       for (size_t bytes = 1; bytes <= (size_t{1} << 32); bytes *= 2) {
-        if (kind == CollKind::kAllToAllv) break;  // planned at 0 only
+        if (kind == CollKind::kAllToAllv) break;  // one choice for every size (below)
         // A call is planned at the upper end of its power-of-two bucket.
         size_t bucketEnd = 1;
         while (bucketEnd < bytes * perCall) bucketEnd *= 2;

@@ -4,7 +4,10 @@
 // is refused with the reason. Expected groups are written out from the torus rule here.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "collectives/planner.hpp"
+#include "collectives/registry.hpp"
 #include "collectives/shapes.hpp"
 #include "topology/presets.hpp"
 
@@ -141,6 +144,37 @@ TEST(Planner, FollowsTheTopologyAndRefusesShapesThatDoNotFit) {
                 .choose(CollKind::kAllReduce, 1 << 20)
                 .value(),
             Algorithm::kHierarchical);
+}
+
+// All-to-all-v's sizes differ between ranks: one algorithm for every size, the one least worse
+// than the best at its worst size (recomputed here from ranked()). Across 2 nodes x 2 ranks that
+// is the node-aggregated form, which past TRNCCL_AGGREGATE_MAX_BYTES sends its blocks straight
+// and is then modeled as the pairwise exchange.
+TEST(Planner, AllToAllvTakesTheLeastRegretForEverySize) {
+  auto nodes = job(2, 2, "");
+  Shapes ns = buildShapes(nodes, 0);
+  auto np = plannerFor(nodes, ns, 0, "", false);
+  const Algorithm chosen = np.choose(CollKind::kAllToAllv, 0).value();
+  EXPECT_EQ(chosen, Algorithm::kHierarchical);
+  std::map<Algorithm, double> worst;
+  for (size_t bytes = 1; bytes <= (size_t{1} << 34); bytes *= 2) {
+    EXPECT_EQ(np.choose(CollKind::kAllToAllv, bytes).value(), chosen) << bytes;
+    const auto options = np.ranked(CollKind::kAllToAllv, bytes);
+    ASSERT_FALSE(options.empty());
+    for (const auto& o : options)
+      worst[o.algo] = std::max(worst[o.algo], o.us / options.front().us);
+  }
+  for (const auto& [algo, w] : worst) EXPECT_LE(worst[chosen], w) << algorithmName(algo);
+  auto ranked = [&](size_t bytes, Algorithm algo) {
+    for (const auto& o : np.ranked(CollKind::kAllToAll, bytes))
+      if (o.algo == algo) return o.us;
+    return -1.0;
+  };
+  // Blocks of 1 MiB go straight: modeled as the pairwise exchange (which a tie leaves chosen).
+  EXPECT_DOUBLE_EQ(ranked(4 << 20, Algorithm::kHierarchical), ranked(4 << 20, Algorithm::kRing));
+  EXPECT_EQ(np.choose(CollKind::kAllToAll, 1 << 20).value(), Algorithm::kRing);
+  // Blocks of 1 KiB are aggregated, fewer messages across nodes.
+  EXPECT_LT(ranked(4 << 10, Algorithm::kHierarchical), ranked(4 << 10, Algorithm::kRing));
 }
 
 }  // namespace

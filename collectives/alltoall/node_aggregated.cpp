@@ -6,6 +6,11 @@
 // 2. the port reorders what it gathered by destination rank and exchanges it with node m's
 //    port for this node, one message each way over efa;
 // 3. the port hands each rank of its node the blocks from node m, which that rank unpacks.
+// Only blocks of up to TRNCCL_AGGREGATE_MAX_BYTES take that path: aggregation saves messages,
+// which small blocks are made of, and costs copies (pack, gather, reorder, fan out, unpack),
+// which large blocks are made of; a larger block goes straight from its sender to its
+// receiver, in step 1. Both ends of a block know its size (sendcounts on one, recvcounts on
+// the other), so they take the same path without asking each other.
 // All-to-all-v first gathers every local rank's send and receive counts around the node ring,
 // so that ports know the sizes; the plan for the data is built once they are known. A count
 // mismatch between two ranks of different nodes surfaces as a size mismatch between the two
@@ -69,8 +74,8 @@ class Aggregation {
       if (m == myNode_) continue;
       size_t at = packOffset[m];
       for (int j : h_.nodeOrder[m]) {
-        b.copy(scratch + at, sendBlock(j), bytes(c_.rank, j));
-        at += bytes(c_.rank, j);
+        if (viaPort(c_.rank, j)) b.copy(scratch + at, sendBlock(j), viaPort(c_.rank, j));
+        at += viaPort(c_.rank, j);
       }
     }
     if (bytes(c_.rank, c_.rank) != expected(c_.rank))
@@ -88,6 +93,14 @@ class Aggregation {
         if (p == c_.rank) continue;
         b.send(p, sendBlock(p), bytes(c_.rank, p));
         b.recv(p, recvBlock(p), expected(p));  // a different size is a reported mismatch
+      }
+      // Large blocks for other nodes' ranks, straight (see the top of this file).
+      for (int m = 0; m < nodes; ++m) {
+        if (m == myNode_) continue;
+        for (int j : h_.nodeOrder[m]) {
+          if (straight(c_.rank, j)) b.send(j, sendBlock(j), bytes(c_.rank, j));
+          if (straight(j, c_.rank)) b.recv(j, recvBlock(j), expected(j));
+        }
       }
       for (int m = 0; m < nodes; ++m) {
         if (m == myNode_) continue;
@@ -116,10 +129,10 @@ class Aggregation {
           size_t skip = 0;
           for (int k : h_.nodeOrder[m]) {
             if (k == j) break;
-            skip += bytes(q, k);
+            skip += viaPort(q, k);
           }
-          b.copy(scratch + at, scratch + from + skip, bytes(q, j));
-          at += bytes(q, j);
+          if (viaPort(q, j)) b.copy(scratch + at, scratch + from + skip, viaPort(q, j));
+          at += viaPort(q, j);
           from += toNode(q, m);
         }
       }
@@ -156,8 +169,8 @@ class Aggregation {
       if (m == myNode_) continue;
       size_t at = unpackOffset[m];
       for (int s : h_.nodeOrder[m]) {
-        b.copy(recvBlock(s), scratch + at, bytes(s, c_.rank));
-        at += bytes(s, c_.rank);
+        if (viaPort(s, c_.rank)) b.copy(recvBlock(s), scratch + at, viaPort(s, c_.rank));
+        at += viaPort(s, c_.rank);
       }
     }
     return Status::ok();
@@ -187,18 +200,25 @@ class Aggregation {
     if (t_.nodeOf(s) == myNode_) return tables_->send[position(s)][j];
     return tables_->recv[position(j)][s];
   }
+  // Whether the block from s to j (of different nodes) goes straight, not through the ports;
+  // and what of it goes through them.
+  bool straight(int s, int j) const {
+    return t_.nodeOf(s) != t_.nodeOf(j) && bytes(s, j) > c_.aggregateMaxBytes;
+  }
+  size_t viaPort(int s, int j) const { return straight(s, j) ? 0 : bytes(s, j); }
   int position(int rank) const {
     const auto& order = h_.nodeOrder[myNode_];
     return static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
   }
+  // What goes through the ports from rank q to node m, and from node m to rank j.
   size_t toNode(int q, int m) const {
     size_t sum = 0;
-    for (int j : h_.nodeOrder[m]) sum += bytes(q, j);
+    for (int j : h_.nodeOrder[m]) sum += viaPort(q, j);
     return sum;
   }
   size_t fromNode(int m, int j) const {
     size_t sum = 0;
-    for (int s : h_.nodeOrder[m]) sum += bytes(s, j);
+    for (int s : h_.nodeOrder[m]) sum += viaPort(s, j);
     return sum;
   }
   // Everything node `from` sends node `to` (one of them is this node).

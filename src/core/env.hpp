@@ -40,6 +40,7 @@ extern const Var kShmChunkBytes;
 extern const Var kShmRingSlots;
 extern const Var kShmRingSlotBytes;
 extern const Var kOneShotMaxBytes;
+extern const Var kAggregateMaxBytes;
 extern const Var kLLMaxBytes;
 extern const Var kStreamCopyBytes;
 extern const Var kCma;

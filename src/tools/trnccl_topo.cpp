@@ -136,6 +136,7 @@ int printPlan(const topology::Topology& topo, const CostParams& costs, bool verb
   view.shapes = &shapes;
   for (auto [var, into] : {std::pair{&env::kShmChunkBytes, &view.windowBytes},
                            std::pair{&env::kOneShotMaxBytes, &view.oneShotMaxBytes},
+                           std::pair{&env::kAggregateMaxBytes, &view.aggregateMaxBytes},
                            std::pair{&env::kLLMaxBytes, &view.llMaxBytes}}) {
     auto value = env::getInt(*var);
     if (!value.isOk()) {
