@@ -287,7 +287,8 @@ std::vector<std::string> Planner::planDetails() const {
                           range.toBytes == kPlanMaxBytes ? "" : sizeText(range.toBytes).c_str(),
                           algorithmName(range.algo));
       // All-to-all-v has one choice for every size (leastRegret): shown at both ends.
-      std::vector<size_t> sizes = {representative(range)};
+      // A barrier moves no data: modeled at 0.
+      std::vector<size_t> sizes = {kind == CollKind::kBarrier ? 0 : representative(range)};
       if (kind == CollKind::kAllToAllv) sizes.insert(sizes.begin(), size_t{4} << 10);
       for (size_t at : sizes) {
         const auto options = ranked(kind, at);
