@@ -90,9 +90,10 @@ const Var kAggregateMaxBytes{
     "TRNCCL_AGGREGATE_MAX_BYTES", Kind::kBytes, "16K",
     "Node-aggregated all-to-all(v) (the hierarchical algorithm) gathers the blocks of up to this "
     "size that go to another node into one message per node pair; larger blocks go straight to "
-    "their rank, all at once. On the development machine (2 emulated nodes x 2 ranks) "
-    "aggregation was 2-3x faster for 1-4 KiB blocks, even at 16 KiB and 1.2-2.7x slower from "
-    "64 KiB. 0 sends every block straight. Must be the same on every rank."};
+    "their rank, all at once. On the development machine (all-to-all, 2 emulated hosts x 2 "
+    "ranks) aggregation was about 2-3x faster for blocks of 1-4 KiB, level at 16 KiB and "
+    "1.2-2.7x slower from 64 KiB. 0 sends every block straight. Must be the same on every "
+    "rank."};
 const Var kLLMaxBytes{
     "TRNCCL_LL_MAX_BYTES", Kind::kBytes, "64",
     "All-reduce messages, all-gather blocks per rank, reduce-scatter inputs and the bytes an "
