@@ -200,12 +200,16 @@ class Aggregation {
     if (t_.nodeOf(s) == myNode_) return tables_->send[position(s)][j];
     return tables_->recv[position(j)][s];
   }
-  // Whether the block from s to j (of different nodes) goes straight, not through the ports;
-  // and what of it goes through them.
-  bool straight(int s, int j) const {
-    return t_.nodeOf(s) != t_.nodeOf(j) && bytes(s, j) > c_.aggregateMaxBytes;
+  // Whether the block from s to j, of `size` bytes, goes straight, not through the ports (only
+  // between different nodes); and what of the block from s to j goes through them.
+  bool straight(int s, int j, size_t size) const {
+    return t_.nodeOf(s) != t_.nodeOf(j) && size > c_.aggregateMaxBytes;
   }
-  size_t viaPort(int s, int j) const { return straight(s, j) ? 0 : bytes(s, j); }
+  bool straight(int s, int j) const { return straight(s, j, bytes(s, j)); }
+  size_t viaPort(int s, int j) const {
+    const size_t size = bytes(s, j);  // looked up once: the pack and reorder loops call this
+    return straight(s, j, size) ? 0 : size;
+  }
   int position(int rank) const {
     const auto& order = h_.nodeOrder[myNode_];
     return static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
