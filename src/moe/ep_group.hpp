@@ -14,6 +14,7 @@
 
 #include "comm.hpp"
 #include "core/copy.hpp"
+#include "core/uninitialized_vector.hpp"
 #include "transports/shm/shared_alloc.hpp"
 #include "trnccl.h"
 
@@ -44,16 +45,19 @@ inline constexpr int kLowLatencyMaxTokens = 128;
 // Buffers reused across calls (operations on one communicator run one at a time, and the
 // engine fills them only when its operation is at the head of the queue).
 struct Staging {
-  std::vector<char> sendRows;  // dispatch: packed rows for peers; combine: expert side rows
+  // Byte buffers are resized per call without zeroing (every byte is written before it is
+  // sent or read); the weights stay zeroed vectors.
+  UninitializedVector<char> sendRows;  // dispatch: packed rows for peers; combine: expert side
   std::vector<float> sendWeights;
-  std::vector<char> recvRows;  // dispatch (expert-major): rows before the scatter to slots;
-                               // combine: the rows coming back, in packed order
+  UninitializedVector<char> recvRows;  // dispatch (expert-major): rows before the scatter to
+                                       // slots; combine: the rows coming back, in packed order
   std::vector<float> recvWeights;
   std::vector<float> accumulator;     // one token's fp32 sum
   std::vector<char> metaOut, metaIn;  // low latency: per peer, count + ids + weights
-  std::vector<char> hop1Out, hop1In, hop2Out, hop2In;  // hierarchical: each hop's messages
-  std::vector<char> partial;                           // hierarchical combine: proxy sums
-  std::vector<char> scaledIn, scaledOut;  // scaled (fp8) dispatch: rows with their scale
+  UninitializedVector<char> hop1Out, hop1In, hop2Out, hop2In;  // hierarchical: each hop's
+                                                               // messages
+  UninitializedVector<char> partial;                           // hierarchical combine: proxy sums
+  UninitializedVector<char> scaledIn, scaledOut;  // scaled (fp8) dispatch: rows with their scale
   // Direct mode: what local peers read (direct.cpp), two buffers used in turn by the group's
   // exchanges, so that an exchange need not wait for its peers' reads before it returns.
   shm::SharedBuffer shared[2];
