@@ -28,7 +28,7 @@ namespace {
 struct Options {
   std::vector<size_t> tokens{2048};
   Shape shape;
-  int iters = 5, warmup = 2, repeats = 3, check = 1, memAlloc = 0;
+  int iters = 5, warmup = 2, repeats = 3, check = 1, memAlloc = 0, baselines = 1;
   trncclEpMode_t mode = trncclEpModeNormal;
   std::string json;
 };
@@ -61,6 +61,8 @@ const char kHelp[] =
     "                      outputs) with trncclMemAlloc: on one node dispatch then reads the\n"
     "                      tokens and combine the experts' outputs where they lie instead of\n"
     "                      staging rows (0)\n"
+    "  -B, --baselines 0|1 also time the two baselines (1); 0 times the engine alone, e.g.\n"
+    "                      under a profiler (the baseline columns then read n/a)\n"
     "  -J, --json FILE     also write one JSON object per row\n"
     "  -h, --help          this help (works without a launcher)\n"
     "Times are the slowest rank's, in microseconds (trip = route + dispatch + combine, the\n"
@@ -85,18 +87,26 @@ bool parseList(const char* text, std::vector<size_t>* out) {
 // Parsed before the launcher is asked for ranks, so that --help works on its own; under a
 // launcher only the first process speaks.
 bool parseOptions(int argc, char** argv, Options* o, bool quiet, bool* help) {
-  static const option longOptions[] = {
-      {"tokens", required_argument, nullptr, 'T'},   {"hidden", required_argument, nullptr, 'H'},
-      {"topk", required_argument, nullptr, 'K'},     {"experts", required_argument, nullptr, 'E'},
-      {"dtype", required_argument, nullptr, 'd'},    {"layout", required_argument, nullptr, 'l'},
-      {"zipf", required_argument, nullptr, 'z'},     {"mode", required_argument, nullptr, 'm'},
-      {"iters", required_argument, nullptr, 'n'},    {"warmup", required_argument, nullptr, 'w'},
-      {"repeats", required_argument, nullptr, 'r'},  {"check", required_argument, nullptr, 'c'},
-      {"memalloc", required_argument, nullptr, 'A'}, {"json", required_argument, nullptr, 'J'},
-      {"help", no_argument, nullptr, 'h'},           {nullptr, 0, nullptr, 0}};
+  static const option longOptions[] = {{"tokens", required_argument, nullptr, 'T'},
+                                       {"hidden", required_argument, nullptr, 'H'},
+                                       {"topk", required_argument, nullptr, 'K'},
+                                       {"experts", required_argument, nullptr, 'E'},
+                                       {"dtype", required_argument, nullptr, 'd'},
+                                       {"layout", required_argument, nullptr, 'l'},
+                                       {"zipf", required_argument, nullptr, 'z'},
+                                       {"mode", required_argument, nullptr, 'm'},
+                                       {"iters", required_argument, nullptr, 'n'},
+                                       {"warmup", required_argument, nullptr, 'w'},
+                                       {"repeats", required_argument, nullptr, 'r'},
+                                       {"check", required_argument, nullptr, 'c'},
+                                       {"memalloc", required_argument, nullptr, 'A'},
+                                       {"json", required_argument, nullptr, 'J'},
+                                       {"baselines", required_argument, nullptr, 'B'},
+                                       {"help", no_argument, nullptr, 'h'},
+                                       {nullptr, 0, nullptr, 0}};
   if (quiet) opterr = 0;
   int c;
-  while ((c = getopt_long(argc, argv, "T:H:K:E:d:l:z:m:n:w:r:c:A:J:h", longOptions, nullptr)) !=
+  while ((c = getopt_long(argc, argv, "T:H:K:E:d:l:z:m:n:w:r:c:A:B:J:h", longOptions, nullptr)) !=
          -1) {
     bool ok = true;
     switch (c) {
@@ -124,6 +134,10 @@ bool parseOptions(int argc, char** argv, Options* o, bool quiet, bool* help) {
       case 'r': o->repeats = std::max(1, std::atoi(optarg)); break;
       case 'c': o->check = std::atoi(optarg); break;
       case 'A': o->memAlloc = std::atoi(optarg); break;
+      case 'B':
+        ok = !std::strcmp(optarg, "0") || !std::strcmp(optarg, "1");
+        o->baselines = std::atoi(optarg);
+        break;
       case 'J': o->json = optarg; break;
       case 'h':
         if (!quiet) std::fputs(kHelp, stdout);
@@ -373,6 +387,7 @@ int main(int argc, char** argv) {
       failed = 1;
       break;
     }
+    const bool withMpi = launch.viaMpi && o.baselines, withA2av = o.baselines != 0;
     Baseline overMpi(Baseline::Over::kMpi, comm, rank, n, s);
     Baseline overA2av(Baseline::Over::kTrnccl, comm, rank, n, s);
     std::vector<char> out(s.tokens * s.combineRowBytes());
@@ -387,8 +402,8 @@ int main(int argc, char** argv) {
       double t0 = nowUs();
       for (int i = 0; i < iters; ++i) failed |= !engine.roundTrip(w, out.data(), &times);
       double engineUs = (nowUs() - t0 - times.expert) / iters;
-      double mpiUs = 0;
-      if (launch.viaMpi) {
+      double mpiUs = 0, a2avUs = 0;
+      if (withMpi) {
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = nowUs();
         (void)overMpi.takeExpertUs();
@@ -396,11 +411,13 @@ int main(int argc, char** argv) {
         mpiUs = (nowUs() - t0 - overMpi.takeExpertUs()) / iters;
         settleMpi();
       }
-      barrier(comm);
-      t0 = nowUs();
-      (void)overA2av.takeExpertUs();
-      for (int i = 0; i < iters; ++i) failed |= !overA2av.roundTrip(w, out.data());
-      double a2avUs = (nowUs() - t0 - overA2av.takeExpertUs()) / iters;
+      if (withA2av) {
+        barrier(comm);
+        t0 = nowUs();
+        (void)overA2av.takeExpertUs();
+        for (int i = 0; i < iters; ++i) failed |= !overA2av.roundTrip(w, out.data());
+        a2avUs = (nowUs() - t0 - overA2av.takeExpertUs()) / iters;
+      }
       if (r < 0) continue;
       trip.push_back(slowest(comm, engineUs));
       route.push_back(slowest(comm, times.route / iters));
@@ -414,15 +431,17 @@ int main(int argc, char** argv) {
       std::fill(out.begin(), out.end(), 0);
       failed |= !engine.roundTrip(w, out.data(), &unused);
       if (s.layout == trncclEpLayoutExpertMajor) wrong += countWrong(s, w, out.data());
-      if (launch.viaMpi) {
+      if (withMpi) {
         std::fill(out.begin(), out.end(), 0);
         failed |= !overMpi.roundTrip(w, out.data());
         wrong += countWrong(s, w, out.data());
         settleMpi();
       }
-      std::fill(out.begin(), out.end(), 0);
-      failed |= !overA2av.roundTrip(w, out.data());
-      wrong += countWrong(s, w, out.data());
+      if (withA2av) {
+        std::fill(out.begin(), out.end(), 0);
+        failed |= !overA2av.roundTrip(w, out.data());
+        wrong += countWrong(s, w, out.data());
+      }
     }
     double wrongAll = slowest(comm, static_cast<double>(wrong));
     const double tripUs = median(trip), mpiUs = median(mpi), a2avUs = median(a2av);
@@ -431,14 +450,20 @@ int main(int argc, char** argv) {
     const double sentMB = slowest(comm, engine.sentBytes() / 1e6);
     const double baseMB = slowest(comm, overA2av.sentBytes() / 1e6);
     if (rank == 0) {
-      char mpiText[32] = "n/a", ratioText[16] = "n/a";
-      if (launch.viaMpi) {
+      char mpiText[32] = "n/a", ratioText[16] = "n/a", a2avText[32] = "n/a",
+           a2avRatioText[16] = "n/a", a2avJson[32] = "null";
+      if (withMpi) {
         std::snprintf(mpiText, sizeof mpiText, "%.1f", mpiUs);
         std::snprintf(ratioText, sizeof ratioText, "%.2f", mpiUs / tripUs);
       }
-      std::printf(" %7zu %9.1f %9.1f %9.1f %9.1f %8.2f %8.2f %8.2f %9s %9.1f %7s %7.2f %6.0f\n",
-                  tokens, median(route), dispUs, median(comb), tripUs, engineGBs, sentMB, baseMB,
-                  mpiText, a2avUs, ratioText, a2avUs / tripUs, wrongAll);
+      if (withA2av) {
+        std::snprintf(a2avText, sizeof a2avText, "%.1f", a2avUs);
+        std::snprintf(a2avJson, sizeof a2avJson, "%.2f", a2avUs);
+        std::snprintf(a2avRatioText, sizeof a2avRatioText, "%.2f", a2avUs / tripUs);
+      }
+      std::printf(" %7zu %9.1f %9.1f %9.1f %9.1f %8.2f %8.2f %8.2f %9s %9s %7s %7s %6.0f\n", tokens,
+                  median(route), dispUs, median(comb), tripUs, engineGBs, sentMB, baseMB, mpiText,
+                  a2avText, ratioText, a2avRatioText, wrongAll);
       if (json)
         std::fprintf(json,
                      "{\"ranks\": %d, \"tokens\": %zu, \"hidden\": %zu, \"topk\": %d, "
@@ -446,12 +471,12 @@ int main(int argc, char** argv) {
                      "\"zipf\": %.3f, \"memalloc\": %d, "
                      "\"route_us\": %.2f, \"dispatch_us\": %.2f, \"combine_us\": %.2f, "
                      "\"roundtrip_us\": %.2f, \"mpi_alltoallv_us\": %s, "
-                     "\"trnccl_alltoallv_us\": %.2f, \"sent_mb\": %.3f, \"baseline_mb\": %.3f, "
+                     "\"trnccl_alltoallv_us\": %s, \"sent_mb\": %.3f, \"baseline_mb\": %.3f, "
                      "\"wrong\": %.0f}\n",
                      n, tokens, s.hidden, s.topk, s.experts, dtypeLabel(s.dtype),
                      s.layout == trncclEpLayoutFlat ? "flat" : "expert_major", modeName(o.mode),
                      s.zipf, o.memAlloc, median(route), dispUs, median(comb), tripUs,
-                     launch.viaMpi ? mpiText : "null", a2avUs, sentMB, baseMB, wrongAll);
+                     withMpi ? mpiText : "null", a2avJson, sentMB, baseMB, wrongAll);
     }
     if (wrongAll > 0) failed = 1;
   }
