@@ -82,6 +82,10 @@ class Communicator {
   // node allows single-copy reads between every pair of its ranks (init's CMA probe): peers
   // can then map each other's shm::sharedAlloc memory (the MoE engine's direct mode).
   bool everyPeerMapsMemory() const;
+  // The same for the peers of this rank's node only (the others may be across the network):
+  // the MoE engine's hierarchical mode then forwards rows inside the node through staging its
+  // node's ranks map.
+  bool everyNodePeerMapsMemory() const;
   // The cost model and tuning entries the planner (and the MoE engine's auto mode) use.
   const CostParams& costs() const { return planner_->costs(); }
   // What this rank sent to and received from each peer, and over which transport.

@@ -62,6 +62,15 @@ bool Communicator::everyPeerMapsMemory() const {
   });
 }
 
+bool Communicator::everyNodePeerMapsMemory() const {
+  const int myNode = topology_.nodeOf(rank_);
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_ || topology_.nodeOf(r) != myNode) continue;
+    if (!cmaReadable_ || classOfPeer_[r] != topology::LinkClass::kShm) return false;
+  }
+  return true;
+}
+
 std::vector<Communicator::PeerTrafficEntry> Communicator::traffic() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<PeerTrafficEntry> entries;

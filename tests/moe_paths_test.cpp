@@ -21,47 +21,71 @@ namespace {
 // The hierarchical mode's path, proved by the traffic counters: across nodes a rank talks only
 // to its proxy (the rank at its own position in the other node), and a token crosses once per
 // node however many of its experts live there; the normal mode talks to every remote rank.
+// Inside a node, with TRNCCL_MOE_DIRECT on (the default), the hierarchical mode sends its node
+// peer no message: the peer reads the rows out of this rank's mapped staging (counted as
+// received from it); off, the rows go over the shm transport.
 TEST(MoeHierarchical, CrossesToOneProxyPerNode) {
-  auto outcomes = withComm(
-      4, [&](int rank) { setupLayout("nodes", rank); },
-      [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
-        const Shape s{64, 4, 8, 256, false};  // 2 experts per rank: tokens often hit 2 ranks
-        for (trncclEpMode_t mode : {trncclEpModeNormal, trncclEpModeHierarchical}) {
-          trncclEpGroup_t group = makeGroup(f, comm, nranks, s.E, 64, trncclFloat32, s.H, mode);
-          if (!group) return;
-          auto idx = routingOf(rank, s, 11);
-          trncclEpRouting_t routing = createRouting(f, group, idx, s, trncclEpLayoutFlat);
-          if (!routing) return;
-          std::vector<trncclPeerTraffic_t> before(nranks), after(nranks);
-          int count = 0;
-          (void)trncclCommGetPeerTraffic(comm, before.data(), nranks, &count);
-          std::vector<float> tokens(s.T * s.H, 1.0f), out(s.T * s.H);
-          std::vector<float> rows(64 * nranks * s.H), weights(64 * nranks * s.K);
-          if (trncclEpDispatch(routing, tokens.data(), s.H, nullptr, rows.data(), weights.data(),
-                               nullptr, 64 * nranks) != trncclSuccess ||
-              trncclEpCombine(routing, rows.data(), s.H, out.data(), 0) != trncclSuccess)
-            f.add("dispatch/combine: %s", trncclGetLastError(nullptr));
-          (void)trncclCommGetPeerTraffic(comm, after.data(), nranks, &count);
-          // Nodes alternate (node-a: 0, 2; node-b: 1, 3); position in the node = rank / 2.
-          const int proxy = rank % 2 == 0 ? rank + 1 : rank - 1;
-          uint64_t bytesToOtherNode = 0;
-          for (int q = 0; q < nranks; ++q) {
-            if (q % 2 == rank % 2) continue;
-            const uint64_t sent = after[q].sentMessages - before[q].sentMessages;
-            bytesToOtherNode += after[q].sentBytes - before[q].sentBytes;
-            if (mode == trncclEpModeHierarchical && q != proxy && sent != 0)
-              f.add("hierarchical: rank %d sent %llu messages to rank %d, not its proxy %d", rank,
-                    static_cast<unsigned long long>(sent), q, proxy);
-            if (mode == trncclEpModeNormal && sent == 0)
-              f.add("normal: rank %d sent nothing to remote rank %d (test cannot tell modes)", rank,
-                    q);
+  for (const char* direct : {"1", "0"}) {
+    auto outcomes = withComm(
+        4,
+        [&](int rank) {
+          setupLayout("nodes", rank);
+          setenv("TRNCCL_MOE_DIRECT", direct, 1);
+        },
+        [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+          const Shape s{64, 4, 8, 256, false};  // 2 experts per rank: tokens often hit 2 ranks
+          for (trncclEpMode_t mode : {trncclEpModeNormal, trncclEpModeHierarchical}) {
+            trncclEpGroup_t group = makeGroup(f, comm, nranks, s.E, 64, trncclFloat32, s.H, mode);
+            if (!group) return;
+            auto idx = routingOf(rank, s, 11);
+            trncclEpRouting_t routing = createRouting(f, group, idx, s, trncclEpLayoutFlat);
+            if (!routing) return;
+            std::vector<trncclPeerTraffic_t> before(nranks), after(nranks);
+            int count = 0;
+            (void)trncclCommGetPeerTraffic(comm, before.data(), nranks, &count);
+            std::vector<float> tokens(s.T * s.H, 1.0f), out(s.T * s.H);
+            std::vector<float> rows(64 * nranks * s.H), weights(64 * nranks * s.K);
+            if (trncclEpDispatch(routing, tokens.data(), s.H, nullptr, rows.data(), weights.data(),
+                                 nullptr, 64 * nranks) != trncclSuccess ||
+                trncclEpCombine(routing, rows.data(), s.H, out.data(), 0) != trncclSuccess)
+              f.add("dispatch/combine: %s", trncclGetLastError(nullptr));
+            (void)trncclCommGetPeerTraffic(comm, after.data(), nranks, &count);
+            // Nodes alternate (node-a: 0, 2; node-b: 1, 3); position in the node = rank / 2.
+            const int proxy = rank % 2 == 0 ? rank + 1 : rank - 1;
+            const int nodePeer = (rank + 2) % nranks;
+            uint64_t bytesToOtherNode = 0;
+            for (int q = 0; q < nranks; ++q) {
+              if (q % 2 == rank % 2) continue;
+              const uint64_t sent = after[q].sentMessages - before[q].sentMessages;
+              bytesToOtherNode += after[q].sentBytes - before[q].sentBytes;
+              if (mode == trncclEpModeHierarchical && q != proxy && sent != 0)
+                f.add("hierarchical: rank %d sent %llu messages to rank %d, not its proxy %d", rank,
+                      static_cast<unsigned long long>(sent), q, proxy);
+              if (mode == trncclEpModeNormal && sent == 0)
+                f.add("normal: rank %d sent nothing to remote rank %d (test cannot tell modes)",
+                      rank, q);
+            }
+            if (bytesToOtherNode == 0) f.add("mode %d: nothing crossed nodes", mode);
+            if (mode == trncclEpModeHierarchical) {
+              const uint64_t sentInNode =
+                  after[nodePeer].sentMessages - before[nodePeer].sentMessages;
+              const uint64_t readInNode = after[nodePeer].recvBytes - before[nodePeer].recvBytes;
+              if (std::string(direct) == "1" && (sentInNode != 0 || readInNode == 0))
+                f.add(
+                    "hierarchical, mapped: rank %d sent %llu messages to its node peer %d and "
+                    "read %llu bytes of its staging (want none and some)",
+                    rank, static_cast<unsigned long long>(sentInNode), nodePeer,
+                    static_cast<unsigned long long>(readInNode));
+              if (std::string(direct) == "0" && sentInNode == 0)
+                f.add("hierarchical over the transports: rank %d sent its node peer %d nothing",
+                      rank, nodePeer);
+            }
+            trncclEpRoutingDestroy(routing);
+            trncclEpGroupDestroy(group);
           }
-          if (bytesToOtherNode == 0) f.add("mode %d: nothing crossed nodes", mode);
-          trncclEpRoutingDestroy(routing);
-          trncclEpGroupDestroy(group);
-        }
-      });
-  EXPECT_ALL_RANKS_OK(outcomes);
+        });
+    EXPECT_ALL_RANKS_OK(outcomes) << "TRNCCL_MOE_DIRECT=" << direct;
+  }
 }
 
 // One node: with TRNCCL_MOE_DIRECT on (the default) dispatch and combine read the rows out of

@@ -239,6 +239,7 @@ INSTANTIATE_TEST_SUITE_P(Rings, Moe,
                          paramName);
 INSTANTIATE_TEST_SUITE_P(Nodes, Moe,
                          ::testing::Values(std::make_tuple(std::string("nodes"), 4),
+                                           std::make_tuple(std::string("nodes_rings"), 4),
                                            std::make_tuple(std::string("nodes3"), 5)),
                          paramName);
 

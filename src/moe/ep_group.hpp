@@ -79,6 +79,9 @@ struct EpGroup {
   // Every rank shares this node's memory and maps its peers' staging (TRNCCL_MOE_DIRECT):
   // normal-mode dispatch and combine read rows where peers staged them (direct.cpp).
   bool direct = false;
+  // Every rank maps the memory of its node's ranks (TRNCCL_MOE_DIRECT, TRNCCL_CMA): the
+  // hierarchical mode's second hop reads rows where the node's proxy holds them.
+  bool nodeDirect = false;
   std::shared_ptr<Staging> staging = std::make_shared<Staging>();
   int rank() const { return comm->rank(); }
   int nranks() const { return comm->nranks(); }

@@ -11,6 +11,7 @@
 #include "core/dtype.hpp"
 #include "core/log.hpp"
 #include "moe/ep_group.hpp"
+#include "moe/hierarchical_hops.hpp"
 
 namespace trnccl::moe {
 namespace {
@@ -54,20 +55,6 @@ struct NodeMap {
     return ranks[node][position[origin] % ranks[node].size()];
   }
 };
-
-// Message layout of both hops: a peer's rows, then their weights (topk floats each) from the
-// next multiple of 4 bytes, so the floats are aligned whatever the row size (an odd hidden of
-// a 2-byte type, an fp8 row) and so is the next message.
-size_t rowsBytes(size_t rows, size_t rowBytes) {
-  return (rows * rowBytes + alignof(float) - 1) / alignof(float) * alignof(float);
-}
-size_t messageBytes(size_t rows, size_t rowBytes, int K) {
-  return rowsBytes(rows, rowBytes) + rows * K * sizeof(float);
-}
-template <typename Byte>
-Byte* weightsOf(Byte* msg, size_t rows, size_t rowBytes) {
-  return msg + rowsBytes(rows, rowBytes);
-}
 
 }  // namespace
 
@@ -275,17 +262,28 @@ Status buildHierarchical(const EpGroup& g, Routing* rt, const void* idx, trncclD
   return Status::ok();
 }
 
-Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
-                                const DispatchArgs& a) {
-  const Routing& rt = *routing;
+std::vector<size_t> hop1InOffsets(const HierarchicalLayout& h, size_t rowBytes, int K) {
+  const size_t served = h.hop1From.size();
+  std::vector<size_t> inAt(served + 1, 0);
+  for (size_t i = 0; i < served; ++i)
+    inAt[i + 1] = inAt[i] + messageBytes(h.hop1InBegin[i + 1] - h.hop1InBegin[i], rowBytes, K);
+  return inAt;
+}
+
+std::vector<size_t> servedIndexOf(const HierarchicalLayout& h) {
+  std::vector<size_t> servedIndex(h.hop1InBegin.back());
+  for (size_t i = 0; i + 1 < h.hop1InBegin.size(); ++i)
+    for (size_t r = h.hop1InBegin[i]; r < h.hop1InBegin[i + 1]; ++r) servedIndex[r] = i;
+  return servedIndex;
+}
+
+void sendHop1(ScheduleBuilder& b, const Routing& rt, const DispatchArgs& a, char* inBase,
+              const std::vector<size_t>& inAt) {
   const HierarchicalLayout& h = rt.hier;
   Staging& st = *rt.group->staging;
   const int K = rt.topk, N = static_cast<int>(h.proxyOfNode.size());
   const int myNode = rt.group->comm->topology().nodeOf(rt.group->rank());
-  const size_t rowBytes = a.rowBytes;
-  const size_t wBytes = K * sizeof(float);
-
-  // Hop 1: rows and all top-k weights to each other node's proxy.
+  const size_t rowBytes = a.rowBytes, wBytes = K * sizeof(float);
   std::vector<size_t> outAt(N + 1, 0);
   for (int node = 0; node < N; ++node)
     outAt[node + 1] =
@@ -301,21 +299,24 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
       for (int k = 0; k < K; ++k) w[k] = a.weights ? a.weights[t * K + k] : 1.0f;
     }
   }
-  const size_t served = h.hop1From.size();
-  std::vector<size_t> inAt(served + 1, 0);
-  for (size_t i = 0; i < served; ++i)
-    inAt[i + 1] = inAt[i] + messageBytes(h.hop1InBegin[i + 1] - h.hop1InBegin[i], rowBytes, K);
-  st.hop1In.resize(inAt[served]);
-  {
-    ConcurrentSteps together(b);
-    for (int node = 0; node < N; ++node)
-      if (node != myNode && outAt[node + 1] > outAt[node])
-        b.send(h.proxyOfNode[node], st.hop1Out.data() + (outAt[node]),
-               outAt[node + 1] - outAt[node]);
-    for (size_t i = 0; i < served; ++i)
-      if (inAt[i + 1] > inAt[i])
-        b.recv(h.hop1From[i], st.hop1In.data() + (inAt[i]), inAt[i + 1] - inAt[i]);
-  }
+  ConcurrentSteps together(b);
+  for (int node = 0; node < N; ++node)
+    if (node != myNode && outAt[node + 1] > outAt[node])
+      b.send(h.proxyOfNode[node], st.hop1Out.data() + (outAt[node]), outAt[node + 1] - outAt[node]);
+  for (size_t i = 0; i + 1 < inAt.size(); ++i)
+    if (inAt[i + 1] > inAt[i]) b.recv(h.hop1From[i], inBase + inAt[i], inAt[i + 1] - inAt[i]);
+}
+
+Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
+                                const DispatchArgs& a) {
+  if (routing->group->nodeDirect) return planDispatchHierarchicalMapped(b, routing, a);
+  const Routing& rt = *routing;
+  Staging& st = *rt.group->staging;
+  const size_t rowBytes = a.rowBytes;
+  const size_t wBytes = rt.topk * sizeof(float);
+  const std::vector<size_t> inAt = hop1InOffsets(rt.hier, rowBytes, rt.topk);
+  st.hop1In.resize(inAt.back());
+  sendHop1(b, rt, a, st.hop1In.data(), inAt);
 
   // Hop 2, once hop 1 is in: each node rank's rows with the weights of its own experts.
   DispatchArgs args = a;
@@ -326,9 +327,7 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
     const int K = rt.topk, me = rt.group->rank();
     const int width2 = static_cast<int>(h.nodeRanks.size());
     // Where a proxy row's token and top-k weights are.
-    std::vector<size_t> servedIndex(h.hop1InBegin.back());
-    for (size_t i = 0; i + 1 < h.hop1InBegin.size(); ++i)
-      for (size_t r = h.hop1InBegin[i]; r < h.hop1InBegin[i + 1]; ++r) servedIndex[r] = i;
+    const std::vector<size_t> servedIndex = servedIndexOf(h);
     auto source = [&](size_t pr, const float** weights) -> const char* {
       const size_t s = h.proxySource[pr];
       if (h.proxyOrigin[pr] == me) {
@@ -363,11 +362,8 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
           keptRows[i] = row;
         else
           copyBytes(msg + i * rowBytes, row, rowBytes);
-        float* w = reinterpret_cast<float*>(weightsOf(msg, rows, rowBytes) + i * wBytes);
-        for (int j = 0; j < K; ++j) {
-          const int k = h.hop2K[hr * K + j];
-          w[j] = k < 0 ? 0.0f : (topk ? topk[k] : 1.0f);
-        }
+        hop2Weights(h, hr, K, topk,
+                    reinterpret_cast<float*>(weightsOf(msg, rows, rowBytes) + i * wBytes));
       }
     }
     const size_t keptAt = outAt[h.nodeIndex];
@@ -414,8 +410,64 @@ Status planDispatchHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routin
   return Status::ok();
 }
 
+void sumProxyRows(const Routing& rt, size_t hidden, size_t rowBytes,
+                  const std::function<const char*(size_t)>& resultOf) {
+  const HierarchicalLayout& h = rt.hier;
+  Staging& st = *rt.group->staging;
+  const trncclDataType_t type = rt.group->config.combineType();
+  const size_t proxyRows = h.proxyOrigin.size();
+  st.partial.resize(proxyRows * rowBytes);
+  std::vector<const void*> srcs;
+  for (size_t pr = 0; pr < proxyRows; ++pr) {
+    srcs.clear();
+    for (size_t i = h.proxyRowBegin[pr]; i < h.proxyRowBegin[pr + 1]; ++i)
+      srcs.push_back(resultOf(h.proxyRowHop2[i]));
+    sumRows(type, st.partial.data() + (pr * rowBytes), srcs.data(), static_cast<int>(srcs.size()),
+            hidden, rowBytes);
+  }
+}
+
+void sendHop1Back(ScheduleBuilder& b, const Routing& rt, size_t rowBytes) {
+  const HierarchicalLayout& h = rt.hier;
+  Staging& st = *rt.group->staging;
+  const int N = static_cast<int>(h.proxyOfNode.size());
+  const int myNode = rt.group->comm->topology().nodeOf(rt.group->rank());
+  const size_t proxyRows = h.proxyOrigin.size();
+  ConcurrentSteps together(b);
+  size_t pr = 0;
+  for (size_t i = 0; i < h.hop1From.size(); ++i) {
+    while (pr < proxyRows && h.proxyOrigin[pr] < h.hop1From[i]) ++pr;  // sorted by origin
+    const size_t rows = h.hop1InBegin[i + 1] - h.hop1InBegin[i];
+    if (rows > 0) b.send(h.hop1From[i], st.partial.data() + (pr * rowBytes), rows * rowBytes);
+    pr += rows;
+  }
+  for (int node = 0; node < N; ++node) {
+    const size_t rows = h.hop1Begin[node + 1] - h.hop1Begin[node];
+    if (node != myNode && rows > 0)
+      b.recv(h.proxyOfNode[node], st.recvRows.data() + (h.hop1Begin[node] * rowBytes),
+             rows * rowBytes);
+  }
+}
+
+void sumTokenParts(const Routing& rt, const CombineArgs& a, size_t rowBytes) {
+  const HierarchicalLayout& h = rt.hier;
+  Staging& st = *rt.group->staging;
+  std::vector<const void*> parts;
+  for (size_t t = 0; t < rt.numTokens; ++t) {
+    parts.clear();
+    for (size_t i = h.tokenPartBegin[t]; i < h.tokenPartBegin[t + 1]; ++i) {
+      const int64_t part = h.tokenParts[i];
+      parts.push_back(part >= 0 ? st.recvRows.data() + (part * rowBytes)
+                                : st.partial.data() + ((-1 - part) * rowBytes));
+    }
+    sumRows(rt.group->config.combineType(), byteAt(a.out, t * rowBytes), parts.data(),
+            static_cast<int>(parts.size()), a.hidden, rowBytes);
+  }
+}
+
 Status planCombineHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
                                const CombineArgs& a) {
+  if (routing->group->nodeDirect) return planCombineHierarchicalMapped(b, routing, a);
   const Routing& rt = *routing;
   const HierarchicalLayout& h = rt.hier;
   Staging& st = *rt.group->staging;
@@ -451,62 +503,18 @@ Status planCombineHierarchical(ScheduleBuilder& b, const std::shared_ptr<Routing
     const Routing& rt = *routing;
     const HierarchicalLayout& h = rt.hier;
     Staging& st = *rt.group->staging;
-    const trncclDataType_t type = rt.group->config.combineType();
-    const int me = rt.group->rank(), N = static_cast<int>(h.proxyOfNode.size());
-    const int myNode = rt.group->comm->topology().nodeOf(me);
-    // The proxy's sums: per proxy row, its rows' results by ascending rank.
-    const size_t proxyRows = h.proxyOrigin.size();
-    st.partial.resize(proxyRows * rowBytes);
     // Hop-2 row x came from the node rank at position di; this rank's own rows were kept.
     const size_t keptFirst = h.hop2Begin[h.nodeIndex], keptEnd = h.hop2Begin[h.nodeIndex + 1];
     const char* kept = st.hop2Out.data() + (h.hop2InBegin[h.nodeIndex] * rowBytes);
-    auto resultOf = [&](size_t x) -> const char* {
+    sumProxyRows(rt, args.hidden, rowBytes, [&](size_t x) -> const char* {
       return x >= keptFirst && x < keptEnd ? kept + ((x - keptFirst) * rowBytes)
                                            : st.hop2In.data() + (x * rowBytes);
-    };
-    std::vector<const void*> srcs;
-    for (size_t pr = 0; pr < proxyRows; ++pr) {
-      srcs.clear();
-      for (size_t i = h.proxyRowBegin[pr]; i < h.proxyRowBegin[pr + 1]; ++i)
-        srcs.push_back(resultOf(h.proxyRowHop2[i]));
-      sumRows(type, st.partial.data() + (pr * rowBytes), srcs.data(), static_cast<int>(srcs.size()),
-              args.hidden, rowBytes);
-    }
-    // Hop 1 back: the served origins' sums (contiguous: proxy rows go by origin), and this
-    // rank's rows from every other node.
+    });
+    const int N = static_cast<int>(h.proxyOfNode.size());
     st.recvRows.resize(h.hop1Begin[N] * rowBytes);
-    {
-      ConcurrentSteps together(later);
-      size_t pr = 0;
-      for (size_t i = 0; i < h.hop1From.size(); ++i) {
-        while (pr < proxyRows && h.proxyOrigin[pr] < h.hop1From[i]) ++pr;  // sorted by origin
-        const size_t rows = h.hop1InBegin[i + 1] - h.hop1InBegin[i];
-        if (rows > 0)
-          later.send(h.hop1From[i], st.partial.data() + (pr * rowBytes), rows * rowBytes);
-        pr += rows;
-      }
-      for (int node = 0; node < N; ++node) {
-        const size_t rows = h.hop1Begin[node + 1] - h.hop1Begin[node];
-        if (node != myNode && rows > 0)
-          later.recv(h.proxyOfNode[node], st.recvRows.data() + (h.hop1Begin[node] * rowBytes),
-                     rows * rowBytes);
-      }
-    }
+    sendHop1Back(later, rt, rowBytes);
     later.callback([routing, args, rowBytes](ScheduleBuilder&) {
-      const Routing& rt = *routing;
-      const HierarchicalLayout& h = rt.hier;
-      Staging& st = *rt.group->staging;
-      std::vector<const void*> parts;
-      for (size_t t = 0; t < rt.numTokens; ++t) {
-        parts.clear();
-        for (size_t i = h.tokenPartBegin[t]; i < h.tokenPartBegin[t + 1]; ++i) {
-          const int64_t part = h.tokenParts[i];
-          parts.push_back(part >= 0 ? st.recvRows.data() + (part * rowBytes)
-                                    : st.partial.data() + ((-1 - part) * rowBytes));
-        }
-        sumRows(rt.group->config.combineType(), byteAt(args.out, t * rowBytes), parts.data(),
-                static_cast<int>(parts.size()), args.hidden, rowBytes);
-      }
+      sumTokenParts(*routing, args, rowBytes);
       return Status::ok();
     });
     return Status::ok();

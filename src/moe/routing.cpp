@@ -251,6 +251,8 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
   if (!directAllowed.isOk() && local.isOk()) local = directAllowed.status();
   const bool directHere =
       directAllowed.isOk() && directAllowed.value() && comm->everyPeerMapsMemory();
+  const bool nodeDirectHere =
+      directAllowed.isOk() && directAllowed.value() && comm->everyNodePeerMapsMemory();
   // Every rank must hold the same configuration: gather everyone's and compare.
   constexpr size_t kWords = 8;
   const uint64_t mine[kWords] = {local.isOk() ? 0u : 1u,
@@ -260,7 +262,7 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
                                  config.maxTokenBytes,
                                  static_cast<uint64_t>(config.payload),
                                  static_cast<uint64_t>(config.mode),
-                                 directHere ? 1u : 0u};
+                                 (directHere ? 1u : 0u) | (nodeDirectHere ? 2u : 0u)};
   std::vector<uint64_t> all(kWords * n);
   TRNCCL_RETURN_IF_ERROR(comm->run(gatherArgs(mine, all.data(), kWords)));
   if (!local.isOk()) return local;
@@ -294,7 +296,11 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
                        config.maxDispatchTokens <= kLowLatencyMaxTokens && worstCaseFits);
   group->hierarchical = config.mode == trncclEpModeHierarchical;
   group->direct = true;
-  for (int q = 0; q < n; ++q) group->direct = group->direct && all[(kWords * q) + kWords - 1] != 0;
+  group->nodeDirect = true;
+  for (int q = 0; q < n; ++q) {
+    group->direct = group->direct && (all[(kWords * q) + kWords - 1] & 1u) != 0;
+    group->nodeDirect = group->nodeDirect && (all[(kWords * q) + kWords - 1] & 2u) != 0;
+  }
   std::string why =
       config.mode != trncclEpModeAuto ? "asked for"
       : group->lowLatency
@@ -330,7 +336,10 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
                                     : "normal",
               why.c_str(),
               group->direct ? "read from peers' mapped staging (direct, TRNCCL_MOE_DIRECT=1)"
-              : directHere  ? "over the transports (some rank cannot map its peers' memory)"
+              : group->hierarchical && group->nodeDirect
+                  ? "across nodes over the transports, inside a node read from the node's "
+                    "mapped staging (TRNCCL_MOE_DIRECT=1)"
+              : directHere ? "over the transports (some rank cannot map its peers' memory)"
               : directAllowed.isOk() && directAllowed.value()
                   ? "over the transports (a peer is not on shm, or single copy is off on "
                     "this node: TRNCCL_CMA)"

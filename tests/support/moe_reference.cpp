@@ -284,9 +284,11 @@ void setupLayout(const std::string& layout, int rank) {
   setenv("FI_TCP_IFACE", "lo", 1);
   setenv("FI_NET_IFACE", "lo", 1);
   // shm: one node, rows read from peers' mapped staging (direct); rings: the same over the
-  // shm transport's rings.
-  if (layout == "rings") setenv("TRNCCL_MOE_DIRECT", "0", 1);
-  if (layout == "nodes") setenv("TRNCCL_HOSTID", rank % 2 ? "node-b" : "node-a", 1);
+  // shm transport's rings. nodes: the hierarchical mode forwards rows inside a node through
+  // mapped staging; nodes_rings: over the shm transport.
+  if (layout == "rings" || layout == "nodes_rings") setenv("TRNCCL_MOE_DIRECT", "0", 1);
+  if (layout == "nodes" || layout == "nodes_rings")
+    setenv("TRNCCL_HOSTID", rank % 2 ? "node-b" : "node-a", 1);
   // Three nodes of uneven size (5 ranks: 2, 2, 1): proxies wrap around the smaller node.
   if (layout == "nodes3") setenv("TRNCCL_HOSTID", ("node-" + std::to_string(rank % 3)).c_str(), 1);
 }

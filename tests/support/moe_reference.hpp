@@ -72,7 +72,8 @@ void runStep(Failures& f, trncclEpGroup_t group, int me, int n, const Shape& s,
              size_t worst = 0);
 
 // The environment a rank needs for a layout: "shm" (one node, direct), "rings" (one node,
-// TRNCCL_MOE_DIRECT=0), "nodes" (2 emulated nodes, alternating ranks), "nodes3" (3 nodes).
+// TRNCCL_MOE_DIRECT=0), "nodes" (2 emulated nodes, alternating ranks), "nodes_rings" (the
+// same with TRNCCL_MOE_DIRECT=0), "nodes3" (3 nodes).
 void setupLayout(const std::string& layout, int rank);
 
 // ---- errors ----
