@@ -305,8 +305,10 @@ typedef enum {
  * routing is local; each dispatch sends every peer its rows' ids and weights in one message of
  * fixed capacity (maxDispatchTokensPerRank rows), then the rows, so the counts are known once
  * the first dispatch has run; outputs must hold the worst case (nranks x
- * maxDispatchTokensPerRank rows, x min(topk, L) slots in expert-major). Auto: low latency when
- * maxDispatchTokensPerRank <= 128 and maxRecvTokensPerRank holds the worst case, else normal.
+ * maxDispatchTokensPerRank rows, x min(topk, L) slots in expert-major). Auto: a tuning file's
+ * entry (trnccl-tune --moe), else low latency when maxDispatchTokensPerRank <= 128 and
+ * maxRecvTokensPerRank holds the worst case, else hierarchical when the ranks span nodes, else
+ * normal.
  * Hierarchical (multi-node): a token crosses to another node once, to the rank at this rank's
  * position there, which forwards it inside its node; combine sums per node on the way back.
  * Same outputs as normal; fewer bytes between nodes when tokens have several experts there. */

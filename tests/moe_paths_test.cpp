@@ -20,7 +20,8 @@ namespace {
 
 // The hierarchical mode's path, proved by the traffic counters: across nodes a rank talks only
 // to its proxy (the rank at its own position in the other node), and a token crosses once per
-// node however many of its experts live there; the normal mode talks to every remote rank.
+// node however many of its experts live there; the normal mode talks to every remote rank, and
+// auto takes the hierarchical mode across nodes for batches past the low-latency limit.
 // Inside a node, with TRNCCL_MOE_DIRECT on (the default), the hierarchical mode sends its node
 // peer no message: the peer reads the rows out of this rank's mapped staging (counted as
 // received from it); off, the rows go over the shm transport.
@@ -34,8 +35,12 @@ TEST(MoeHierarchical, CrossesToOneProxyPerNode) {
         },
         [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
           const Shape s{64, 4, 8, 256, false};  // 2 experts per rank: tokens often hit 2 ranks
-          for (trncclEpMode_t mode : {trncclEpModeNormal, trncclEpModeHierarchical}) {
-            trncclEpGroup_t group = makeGroup(f, comm, nranks, s.E, 64, trncclFloat32, s.H, mode);
+          // Auto across nodes, past the low-latency limit (128 tokens), is hierarchical.
+          for (trncclEpMode_t mode :
+               {trncclEpModeNormal, trncclEpModeHierarchical, trncclEpModeAuto}) {
+            const int maxTokens = mode == trncclEpModeAuto ? 256 : 64;
+            trncclEpGroup_t group =
+                makeGroup(f, comm, nranks, s.E, maxTokens, trncclFloat32, s.H, mode);
             if (!group) return;
             auto idx = routingOf(rank, s, 11);
             trncclEpRouting_t routing = createRouting(f, group, idx, s, trncclEpLayoutFlat);
@@ -58,7 +63,7 @@ TEST(MoeHierarchical, CrossesToOneProxyPerNode) {
               if (q % 2 == rank % 2) continue;
               const uint64_t sent = after[q].sentMessages - before[q].sentMessages;
               bytesToOtherNode += after[q].sentBytes - before[q].sentBytes;
-              if (mode == trncclEpModeHierarchical && q != proxy && sent != 0)
+              if (mode != trncclEpModeNormal && q != proxy && sent != 0)
                 f.add("hierarchical: rank %d sent %llu messages to rank %d, not its proxy %d", rank,
                       static_cast<unsigned long long>(sent), q, proxy);
               if (mode == trncclEpModeNormal && sent == 0)
@@ -66,7 +71,7 @@ TEST(MoeHierarchical, CrossesToOneProxyPerNode) {
                       rank, q);
             }
             if (bytesToOtherNode == 0) f.add("mode %d: nothing crossed nodes", mode);
-            if (mode == trncclEpModeHierarchical) {
+            if (mode != trncclEpModeNormal) {
               const uint64_t sentInNode =
                   after[nodePeer].sentMessages - before[nodePeer].sentMessages;
               const uint64_t readInNode = after[nodePeer].recvBytes - before[nodePeer].recvBytes;
