@@ -166,8 +166,9 @@ double direct(CollKind kind, double bytes, const PlanShape& s, const CostParams&
       if (bytes <= static_cast<double>(s.llMaxBytes)) return sync + c.stepUs;
       if (bytes <= static_cast<double>(s.oneShotMaxBytes))
         return 2 * sync + c.stepUs + copyUs(c, bytes) + reduceUs(c, (n - 1) * bytes);
-      return rounds * (3 * sync + c.stepUs) + copyUs(c, bytes) + reduceUs(c, bytes * (n - 1) / n) +
-             copyUs(c, bytes * (n - 1) / n);
+      // Staged: the parts other ranks reduce; this rank's own part is reduced from its input.
+      return rounds * (3 * sync + c.stepUs) + copyUs(c, bytes * (n - 1) / n) +
+             reduceUs(c, bytes * (n - 1) / n) + copyUs(c, bytes * (n - 1) / n);
     case CollKind::kAllGather:
       if (bytes / n <= static_cast<double>(s.llMaxBytes)) return sync + c.stepUs;
       return rounds * (2 * sync + c.stepUs) + copyUs(c, bytes / n) + copyUs(c, bytes * (n - 1) / n);
@@ -176,7 +177,8 @@ double direct(CollKind kind, double bytes, const PlanShape& s, const CostParams&
       if (bytes <= static_cast<double>(s.llMaxBytes)) return sync + c.stepUs;
       return rounds * (2 * sync + c.stepUs) + copyUs(c, bytes) + reduceUs(c, bytes * (n - 1) / n);
     case CollKind::kReduce:
-      return rounds * (2 * sync + c.stepUs) + copyUs(c, bytes) + reduceUs(c, (n - 1) * bytes);
+      return rounds * (2 * sync + c.stepUs) + copyUs(c, bytes * (n - 1) / n) +
+             reduceUs(c, (n - 1) * bytes);
     case CollKind::kBroadcast:
     case CollKind::kAllToAll:
     case CollKind::kAllToAllv: return rounds * (2 * sync + c.stepUs) + 2 * copyUs(c, bytes);
