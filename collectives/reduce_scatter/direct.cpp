@@ -18,16 +18,21 @@ struct ReduceScatterWindows {
 
   size_t rounds() const { return ceilDiv(a.count, perRound); }
   size_t roundLen(size_t k) const { return std::min(perRound, a.count - k * perRound); }
+  // The other ranks' blocks only: this rank reduces its own block straight out of its input.
   void stage(ScheduleBuilder& b, int slot, size_t k) const {
     for (int q = 0; q < c.nranks; ++q)
-      b.copy(c.window(c.rank, slot) + q * subBytes,
-             byteAt(a.sendbuff, (q * a.count + k * perRound) * esize), roundLen(k) * esize);
+      if (q != c.rank)
+        b.copy(c.window(c.rank, slot) + q * subBytes,
+               byteAt(a.sendbuff, (q * a.count + k * perRound) * esize), roundLen(k) * esize);
   }
+  // In rank order (the same bits on every rank). In place the output is this rank's own block
+  // of its input, read and written element by element in the same pass.
   void reduce(ScheduleBuilder& b, int slot, size_t k) const {
+    const void* mine = byteAt(a.sendbuff, (c.rank * a.count + k * perRound) * esize);
     b.reduce(
         byteAt(a.recvbuff, k * perRound * esize), c.nranks,
-        [&](int q) { return c.window(q, slot) + c.rank * subBytes; }, roundLen(k),
-        a.op == trncclAvg ? c.nranks : 0);
+        [&](int q) { return q == c.rank ? mine : c.window(q, slot) + c.rank * subBytes; },
+        roundLen(k), a.op == trncclAvg ? c.nranks : 0);
   }
   void runRounds(ScheduleBuilder& b, size_t first, bool publish) const {
     directRoundsFrom(
