@@ -361,8 +361,7 @@ Status Communicator::attachSegment(const trncclUniqueId& id, const Settings& s,
   if (s.cmaMinBytes && localRanks.size() > 1 && topology_.localRank(rank_) == 0) {
     const double slowdown = s.cmaMaxBytes ? 0 : shm::kernelCopySlowdown();
     params.kernelCopyPermille = static_cast<uint64_t>(slowdown * 1000);
-    params.cmaMaxBytes =
-        shm::cmaMaxBytes(s.cmaMaxBytes, slowdown, s.streamCopyBytes, oversubscribed());
+    params.cmaMaxBytes = shm::cmaMaxBytes(s.cmaMaxBytes, slowdown, oversubscribed());
   }
   bootstrap::UniqueIdData idData = bootstrap::parseUniqueId(id).value();
   std::string segmentName =

@@ -230,13 +230,13 @@ TEST(Cma, AllToAllvWithMismatchedCountsFailsInTheSingleCopyForm) {
 
 // Init's rule for the largest block (shm::cmaMaxBytes).
 TEST(Cma, MaxBytesFollowsTheKernelsCopySpeed) {
-  constexpr uint64_t kStream = 8 << 20, kNone = UINT64_MAX;
-  EXPECT_EQ(shm::cmaMaxBytes(3 << 20, 5.0, kStream, true), 3u << 20) << "set by hand: kept";
-  EXPECT_EQ(shm::cmaMaxBytes(0, 0.0, kStream, false), kNone) << "not timed: no limit";
-  EXPECT_EQ(shm::cmaMaxBytes(0, 1.5, kStream, true), kNone) << "a fast kernel copy: no limit";
-  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, kStream, false), kStream) << "slow: streamed blocks";
-  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, 0, false), kNone) << "slow, but the windows never stream";
-  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, kStream, true), 0u) << "slow and oversubscribed: none";
+  constexpr uint64_t kNone = UINT64_MAX;
+  EXPECT_EQ(shm::cmaMaxBytes(3 << 20, 5.0, true), 3u << 20) << "set by hand: kept";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 0.0, false), kNone) << "not timed: no limit";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 0.0, true), kNone) << "not timed, oversubscribed: no limit";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 1.5, true), kNone) << "a fast kernel copy: no limit";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, false), kNone) << "slow, a core per rank: no limit";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, true), 0u) << "slow and oversubscribed: none";
 }
 
 // The timing itself works here (it reads this process's own memory, which is always allowed)

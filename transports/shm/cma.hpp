@@ -31,9 +31,9 @@ std::string probeCma(pid_t pid, uint64_t probeAddress);
 double kernelCopySlowdown();
 
 // The largest block (exclusive) that CMA reads on this node: explicitMaxBytes when the user set
-// TRNCCL_CMA_MAX_BYTES, else from kernelSlowdown (0: not timed) -- see cma.cpp for the rule.
-uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, uint64_t streamCopyBytes,
-                     bool oversubscribed);
+// TRNCCL_CMA_MAX_BYTES, else none (0) when ranks outnumber cores and the kernel's copy is more
+// than twice as slow as memcpy (kernelSlowdown; 0: not timed), else no limit -- see cma.cpp.
+uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, bool oversubscribed);
 
 // Copies bytes from remoteAddress in process pid into dst, however many calls it takes.
 // peerRank names the peer in the error.
