@@ -48,6 +48,11 @@ struct RingGroup {
 struct CmaBand {
   size_t minBytes = SIZE_MAX;
   size_t maxBytes = SIZE_MAX;
+  // The limit for all-gather and all-to-all, where every rank copies as much as it is read
+  // from: maxBytes, except that init's timing rule for a slow kernel copy (blocks from
+  // TRNCCL_STREAM_COPY_BYTES through the windows, with a core per rank) does not apply to them
+  // (shm::cmaMaxBytes says why).
+  size_t symmetricMaxBytes = SIZE_MAX;
 };
 
 // Whether a direct schedule of `kind` reads a block of `block` bytes by CMA. More ranks than
@@ -59,7 +64,10 @@ inline bool readsByCma(CollKind kind, size_t block, const CmaBand& band, bool ov
   size_t minBytes = band.minBytes;
   if (oversubscribed && (kind == CollKind::kAllGather || kind == CollKind::kBroadcast))
     minBytes = std::max(minBytes, kOversubscribedMinBytes);
-  return block >= minBytes && block < band.maxBytes;
+  const size_t maxBytes = kind == CollKind::kAllGather || kind == CollKind::kAllToAll
+                              ? band.symmetricMaxBytes
+                              : band.maxBytes;
+  return block >= minBytes && block < maxBytes;
 }
 
 struct CommView {

@@ -361,7 +361,8 @@ Status Communicator::attachSegment(const trncclUniqueId& id, const Settings& s,
   if (s.cmaMinBytes && localRanks.size() > 1 && topology_.localRank(rank_) == 0) {
     const double slowdown = s.cmaMaxBytes ? 0 : shm::kernelCopySlowdown();
     params.kernelCopyPermille = static_cast<uint64_t>(slowdown * 1000);
-    params.cmaMaxBytes = shm::cmaMaxBytes(s.cmaMaxBytes, slowdown, oversubscribed());
+    params.cmaMaxBytes =
+        shm::cmaMaxBytes(s.cmaMaxBytes, slowdown, s.streamCopyBytes, oversubscribed());
   }
   bootstrap::UniqueIdData idData = bootstrap::parseUniqueId(id).value();
   std::string segmentName =
@@ -440,6 +441,12 @@ std::string Communicator::cmaBandNote() const {
   const auto maxBytes = static_cast<unsigned long long>(p.cmaMaxBytes);
   const std::string timed = strformat("the kernel's copy took %.1fx memcpy's time at init",
                                       static_cast<double>(p.kernelCopyPermille) / 1000);
+  if (shm::symmetricCmaMaxBytes(p.cmaMaxBytes, p.kernelCopyPermille) != p.cmaMaxBytes)
+    return strformat(
+               "on for blocks of %llu B and more in all-gather and all-to-all; in "
+               "broadcast and all-to-all-v below %llu B (",
+               minBytes, maxBytes) +
+           timed + "; TRNCCL_CMA_MAX_BYTES)";
   if (p.cmaMaxBytes <= p.cmaMinBytes) {
     std::string why = "TRNCCL_CMA_MAX_BYTES=" + std::to_string(maxBytes);
     if (p.kernelCopyPermille && p.cmaMaxBytes == 0)
@@ -474,6 +481,8 @@ void Communicator::buildPlanner(const Settings& s) {
   if (cmaReadable_) {
     view.cma.minBytes = segment_.params().cmaMinBytes;
     view.cma.maxBytes = segment_.params().cmaMaxBytes;
+    view.cma.symmetricMaxBytes = shm::symmetricCmaMaxBytes(segment_.params().cmaMaxBytes,
+                                                           segment_.params().kernelCopyPermille);
   }
   view.oversubscribed = oversubscribed();
   planner_ = std::make_unique<Planner>(view, s.algo, s.costs);

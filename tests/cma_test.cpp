@@ -230,13 +230,19 @@ TEST(Cma, AllToAllvWithMismatchedCountsFailsInTheSingleCopyForm) {
 
 // Init's rule for the largest block (shm::cmaMaxBytes).
 TEST(Cma, MaxBytesFollowsTheKernelsCopySpeed) {
-  constexpr uint64_t kNone = UINT64_MAX;
-  EXPECT_EQ(shm::cmaMaxBytes(3 << 20, 5.0, true), 3u << 20) << "set by hand: kept";
-  EXPECT_EQ(shm::cmaMaxBytes(0, 0.0, false), kNone) << "not timed: no limit";
-  EXPECT_EQ(shm::cmaMaxBytes(0, 0.0, true), kNone) << "not timed, oversubscribed: no limit";
-  EXPECT_EQ(shm::cmaMaxBytes(0, 1.5, true), kNone) << "a fast kernel copy: no limit";
-  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, false), kNone) << "slow, a core per rank: no limit";
-  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, true), 0u) << "slow and oversubscribed: none";
+  constexpr uint64_t kStream = 8 << 20, kNone = UINT64_MAX;
+  EXPECT_EQ(shm::cmaMaxBytes(3 << 20, 5.0, kStream, true), 3u << 20) << "set by hand: kept";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 0.0, kStream, false), kNone) << "not timed: no limit";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 1.5, kStream, true), kNone) << "a fast kernel copy: no limit";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, kStream, false), kStream) << "slow: streamed blocks";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, 0, false), kNone) << "slow, but the windows never stream";
+  EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, kStream, true), 0u) << "slow and oversubscribed: none";
+  // All-gather and all-to-all ignore the timing rule's limit with a core per rank, not a
+  // limit set by hand (permille 0: not timed) nor the oversubscribed one (0).
+  EXPECT_EQ(shm::symmetricCmaMaxBytes(kStream, 2700), kNone) << "timed band: no limit";
+  EXPECT_EQ(shm::symmetricCmaMaxBytes(3 << 20, 0), 3u << 20) << "set by hand: kept";
+  EXPECT_EQ(shm::symmetricCmaMaxBytes(0, 2700), 0u) << "oversubscribed: none";
+  EXPECT_EQ(shm::symmetricCmaMaxBytes(kNone, 1500), kNone) << "fast kernel: no limit";
 }
 
 // The timing itself works here (it reads this process's own memory, which is always allowed)

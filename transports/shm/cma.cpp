@@ -65,20 +65,35 @@ double kernelCopySlowdown() {
 }
 
 // The windows copy each byte twice in user space (into a window, out of it), CMA once in the
-// kernel. With more ranks than cores, and a kernel copy more than twice as slow as memcpy, every
-// block is cheaper through the windows (the last wait for all readers costs scheduling rounds):
-// 4 ranks on 2 cores of an AMD EPYC VM whose kernel copy took 2.7x memcpy's time, windows
-// faster or level at every size that used CMA (up to 2.4x at 64 MiB; session 22). With a core
-// per rank CMA has no upper limit. Session 22 had found the windows 1.1-1.75x faster at 16-64
-// MiB on 2 ranks of that VM and kept blocks of TRNCCL_STREAM_COPY_BYTES and more off CMA; in 6
-// alternating rounds of session 28 (2 ranks, all-to-all and all-gather at 16 and 64 MiB, Open
-// MPI beside) the windows swung between 0.72x and 1.98x Open MPI's time with the machine's
-// cross-core speed, and CMA held 1.10-1.29x in every round, so the limit went.
-uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, bool oversubscribed) {
+// kernel. Where the kernel's copy takes more than twice as long as memcpy, blocks whose copy
+// out of the windows streams (TRNCCL_STREAM_COPY_BYTES) are cheaper through the windows, and
+// with more ranks than cores every block is (the last wait for all readers costs scheduling
+// rounds). Measured on an AMD EPYC VM where the kernel's copy took 2.7x memcpy's time at 1 MiB
+// (3.2x at 32 MiB), TRNCCL_CMA=0 against 1, 3 interleaved runs: 2 ranks, 16-64 MiB, windows
+// 1.1-1.75x faster; 0.5-2 MiB blocks up to 1.5x faster by CMA; 4 ranks on 2 cores, windows
+// faster or level at every size that used CMA (up to 2.4x at 64 MiB). On an Intel VM
+// (2026-12-04, the kernel's copy not timed) CMA had won at 16 MiB; where the kernel copies
+// within twice memcpy's time, nothing changes.
+uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, uint64_t streamCopyBytes,
+                     bool oversubscribed) {
   constexpr double kSlowdownLimit = 2.0;
   if (explicitMaxBytes) return explicitMaxBytes;
-  if (kernelSlowdown > kSlowdownLimit && oversubscribed) return 0;
-  return UINT64_MAX;
+  if (kernelSlowdown <= kSlowdownLimit) return UINT64_MAX;
+  if (oversubscribed) return 0;
+  return streamCopyBytes ? streamCopyBytes : UINT64_MAX;
+}
+
+// Session 28 measured the limit above again on 2 ranks of the same VM, 6 alternating rounds with
+// Open MPI beside (TRNCCL_CMA_MAX_BYTES=1G against the timed band, 16 and 64 MiB): all-to-all
+// and all-gather through the windows swung between 0.72x and 1.98x Open MPI's time with the
+// machine's cross-core speed (below 1.0x in 13 of 24 row-rounds) while CMA held 1.10-1.29x in all
+// 24: every rank there copies its whole output anyway, and the windows' two copies cost its core
+// twice. Broadcast and all-to-all-v kept the windows' lead (3 rounds: broadcast 64 MiB 9.7-10.3
+// against 14.2-14.7 ms by CMA, where the windows spread a broadcast's copies over the root's
+// core and the readers'), so the limit stays for them.
+uint64_t symmetricCmaMaxBytes(uint64_t cmaMaxBytes, uint64_t kernelCopyPermille) {
+  const bool timedLimit = kernelCopyPermille > 0 && cmaMaxBytes != 0;
+  return timedLimit ? UINT64_MAX : cmaMaxBytes;
 }
 
 std::string probeCma(pid_t pid, uint64_t probeAddress) {

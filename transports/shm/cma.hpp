@@ -31,9 +31,15 @@ std::string probeCma(pid_t pid, uint64_t probeAddress);
 double kernelCopySlowdown();
 
 // The largest block (exclusive) that CMA reads on this node: explicitMaxBytes when the user set
-// TRNCCL_CMA_MAX_BYTES, else none (0) when ranks outnumber cores and the kernel's copy is more
-// than twice as slow as memcpy (kernelSlowdown; 0: not timed), else no limit -- see cma.cpp.
-uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, bool oversubscribed);
+// TRNCCL_CMA_MAX_BYTES, else from kernelSlowdown (0: not timed) -- see cma.cpp for the rule.
+uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, uint64_t streamCopyBytes,
+                     bool oversubscribed);
+
+// The largest block for all-gather and all-to-all given the node's band (cmaMaxBytes) and
+// whether init timed the kernel's copy (kernelCopyPermille > 0, i.e. the band is the timing
+// rule's, not TRNCCL_CMA_MAX_BYTES): no limit where the rule kept large blocks off CMA with a
+// core per rank -- see cma.cpp.
+uint64_t symmetricCmaMaxBytes(uint64_t cmaMaxBytes, uint64_t kernelCopyPermille);
 
 // Copies bytes from remoteAddress in process pid into dst, however many calls it takes.
 // peerRank names the peer in the error.
