@@ -296,7 +296,7 @@ Result<std::shared_ptr<EpGroup>> createGroup(std::shared_ptr<Communicator> comm,
                        config.maxDispatchTokens <= kLowLatencyMaxTokens && worstCaseFits);
   // Across nodes, batches past the low-latency limit take the hierarchical mode: on 2
   // emulated hosts x 2 ranks its round trip measured 54-63 ms against the normal mode's 65-73
-  // (T=2048, uniform and Zipf 1.2 routing, 3 rounds; docs/MOE.md).
+  // (T=2048, uniform and Zipf 1.2 routing, 3 rounds; docs/PERFORMANCE.md).
   const int nodes = group->comm->topology().nnodes();
   group->hierarchical = config.mode == trncclEpModeHierarchical ||
                         (config.mode == trncclEpModeAuto && !group->lowLatency && nodes > 1);
