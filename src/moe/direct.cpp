@@ -5,7 +5,8 @@
 // output (flat) or straight into the expert slots (expert-major), and combine sums them where
 // they lie. The shm rings would copy every row twice more (into a ring slot and out of it).
 // A last post says that a rank has read; the group's two staging buffers, used in turn, keep
-// each rank's staging unchanged until its peers have read it (exchange() says why that holds).
+// each rank's staging unchanged until its peers have read it (exchangeStaging() says why that
+// holds).
 //
 // Low-latency routings exchanged no counts when they were made: their dispatch stages each
 // row's local expert ids too, and readers learn what they receive from the peers' headers
@@ -52,44 +53,6 @@ StagingHeader* writeHeader(char* staging, const std::vector<size_t>& begin) {
   auto* words = reinterpret_cast<uint64_t*>(staging + sizeof(StagingHeader));
   for (size_t q = 0; q < begin.size(); ++q) words[q] = begin[q];
   return header;
-}
-
-// Publishes staging buffer `which` with this call's descriptor, waits for every rank's, maps
-// every peer's staging and runs read (which copies out of it), then posts that it has read.
-// The call returns without waiting for its peers' reads when they read only this staging and
-// have all mapped it before: the group's exchanges use its two buffers in turn, and before
-// this rank plans the exchange after the next one (which refills this buffer) the next one has
-// waited for every peer's first post, which each peer makes after reading this one. It waits
-// (holds) when a peer may not have mapped the buffer yet (new, or grown into a new allocation:
-// the peer opens it through /proc/<pid>/fd, which needs it open) and when peers read the
-// caller's own trncclMemAlloc memory (holdUntilRead), which the caller may change as soon as
-// the call returns. Every rank posts alike either way (the counters stay uniform).
-void exchange(ScheduleBuilder& b, CollKind kind, const EpGroup& g, int which, size_t hidden,
-              trncclDataType_t type, bool holdUntilRead,
-              std::function<Status(ScheduleBuilder&)> read) {
-  Staging& st = *g.staging;
-  const char* staging = st.shared[which].data();
-  shm::OpDescriptor d{};
-  d.kind = static_cast<int32_t>(kind);
-  d.dtype = static_cast<int32_t>(type);
-  d.op = -1;
-  d.root = -1;
-  d.count = hidden;
-  d.sendAddress = reinterpret_cast<uint64_t>(staging);
-  shm::findSharedRegion(staging, &d.sendRegion);
-  const bool hold = holdUntilRead || d.sendRegion.id != st.peersMapped[which];
-  st.peersMapped[which] = d.sendRegion.id;  // by the end of this call, if it holds
-  b.publishDescriptor(d);
-  b.waitAll(b.post());
-  b.checkDescriptors();
-  const int n = g.nranks(), me = g.rank();
-  b.callback([read = std::move(read), n, me](ScheduleBuilder& later) {
-    for (int q = 0; q < n; ++q)
-      if (q != me) (void)later.peerSendBuffer(q);  // mapped now, whether read from or not
-    return read(later);
-  });
-  const uint64_t peersRead = b.post();
-  if (hold) b.waitAll(peersRead);
 }
 
 // Peer q's staging as this rank reads it: its header and where this rank's rows begin and end
@@ -415,6 +378,46 @@ Status sumTokens(const ScheduleBuilder& b, const Routing& rt, const CombineArgs&
 
 }  // namespace
 
+// Publishes staging buffer `which` with this call's descriptor, waits for every rank of the
+// node (the direct mode: every rank of the group; the hierarchical mode's second hop: its
+// node's ranks), maps every local peer's staging and runs read (which copies out of it), then
+// posts that it has read. The call returns without waiting for its peers' reads when they read
+// only this staging and have all mapped it before: the group's exchanges use its two buffers in
+// turn, and before this rank plans the exchange after the next one (which refills this buffer)
+// the next one has waited for every peer's first post, which each peer makes after reading this
+// one. It waits (holds) when a peer may not have mapped the buffer yet (new, or grown into a
+// new allocation: the peer opens it through /proc/<pid>/fd, which needs it open) and when peers
+// read the caller's own trncclMemAlloc memory (holdUntilRead), which the caller may change as
+// soon as the call returns. Every rank posts alike either way (the counters stay uniform).
+void exchangeStaging(ScheduleBuilder& b, CollKind kind, const EpGroup& g, int which, size_t hidden,
+                     trncclDataType_t type, bool holdUntilRead,
+                     std::function<Status(ScheduleBuilder&)> read) {
+  Staging& st = *g.staging;
+  const char* staging = st.shared[which].data();
+  shm::OpDescriptor d{};
+  d.kind = static_cast<int32_t>(kind);
+  d.dtype = static_cast<int32_t>(type);
+  d.op = -1;
+  d.root = -1;
+  d.count = hidden;
+  d.sendAddress = reinterpret_cast<uint64_t>(staging);
+  shm::findSharedRegion(staging, &d.sendRegion);
+  const bool hold = holdUntilRead || d.sendRegion.id != st.peersMapped[which];
+  st.peersMapped[which] = d.sendRegion.id;  // by the end of this call, if it holds
+  b.publishDescriptor(d);
+  b.waitAll(b.post());
+  b.checkDescriptors();
+  const int localSize = b.localSize();
+  const int myLocal = g.comm->topology().localRank(g.rank());
+  b.callback([read = std::move(read), localSize, myLocal](ScheduleBuilder& later) {
+    for (int q = 0; q < localSize; ++q)
+      if (q != myLocal) (void)later.peerSendBuffer(q);  // mapped now, whether read from or not
+    return read(later);
+  });
+  const uint64_t peersRead = b.post();
+  if (hold) b.waitAll(peersRead);
+}
+
 Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
                           const DispatchArgs& a) {
   const Routing& rt = *routing;
@@ -461,11 +464,11 @@ Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& ro
   if (rt.layout == trncclEpLayoutFlat && !rt.lowLatency) landOwnRows(rt, a, rowBytes);
   DispatchArgs args = a;
   args.landed = true;
-  exchange(b, CollKind::kMoeDispatch, g, which, a.hidden, g.config.payload,
-           /*holdUntilRead=*/fromTokens,
-           [routing, args, rowBytes, staging](ScheduleBuilder& later) {
-             return readDispatch(later, *routing, args, rowBytes, staging);
-           });
+  exchangeStaging(b, CollKind::kMoeDispatch, g, which, a.hidden, g.config.payload,
+                  /*holdUntilRead=*/fromTokens,
+                  [routing, args, rowBytes, staging](ScheduleBuilder& later) {
+                    return readDispatch(later, *routing, args, rowBytes, staging);
+                  });
   return Status::ok();
 }
 
@@ -527,10 +530,11 @@ Status planCombineDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& rou
     own.slotWeights = a.weighted ? rt.slotWeights.data() : nullptr;
   }
   const CombineArgs args = a;
-  exchange(b, CollKind::kMoeCombine, g, which, a.hidden, g.config.combineType(),
-           /*holdUntilRead=*/fromOutputs, [routing, args, rowBytes, own](ScheduleBuilder& later) {
-             return sumTokens(later, *routing, args, rowBytes, own);
-           });
+  exchangeStaging(b, CollKind::kMoeCombine, g, which, a.hidden, g.config.combineType(),
+                  /*holdUntilRead=*/fromOutputs,
+                  [routing, args, rowBytes, own](ScheduleBuilder& later) {
+                    return sumTokens(later, *routing, args, rowBytes, own);
+                  });
   return Status::ok();
 }
 

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -261,6 +262,12 @@ void sumRows(trncclDataType_t type, void* dst, const void* const* srcs, int n, s
 const char* expertRowsInFlatOrder(const Routing& rt, const CombineArgs& a, size_t rowBytes,
                                   Staging& st);
 // Direct mode (direct.cpp): one node, peers read each other's mapped staging.
+// The direct mode's synchronisation around a staging buffer the node's ranks map (direct.cpp
+// says how it keeps each buffer until its readers are done); the hierarchical mode's mapped
+// second hop uses it too.
+void exchangeStaging(ScheduleBuilder& b, CollKind kind, const EpGroup& g, int which, size_t hidden,
+                     trncclDataType_t type, bool holdUntilRead,
+                     std::function<Status(ScheduleBuilder&)> read);
 Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
                           const DispatchArgs& a);
 Status planCombineDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,

@@ -5,7 +5,7 @@
 // its rows out of its proxies' staging into its output or expert slots. Over the transports
 // the same rows would be packed into a message, copied into a ring slot and out of it first.
 // Combine: every rank makes the rows for each proxy in its staging and each proxy sums them
-// where they lie. The synchronisation is the direct mode's (direct.cpp, exchange): a post once
+// where they lie. The synchronisation is the direct mode's (exchangeStaging): a post once
 // the staging is complete, a wait for every rank of the node, the reads, a post that they are
 // done; the group's two staging buffers, used in turn by every exchange, keep a buffer
 // unchanged until the node's ranks have read it. Only the node's ranks take part: the
@@ -17,6 +17,7 @@
 #include "collectives/algorithm.hpp"
 #include "core/dtype.hpp"
 #include "moe/hierarchical_hops.hpp"
+#include "transports/shm/segment.hpp"
 
 namespace trnccl::moe {
 namespace {
@@ -31,18 +32,22 @@ struct HopStagingHeader {
   uint64_t rowsOffset = 0;     // combine: the rows made for the proxies
 };
 
-size_t align64(size_t bytes) {
-  return (bytes + 63) / 64 * 64;
-}
-
 size_t headerBytes(size_t positions) {
-  return align64(sizeof(HopStagingHeader) + ((positions + 1) * sizeof(uint64_t)));
+  return shm::alignUp(sizeof(HopStagingHeader) + ((positions + 1) * sizeof(uint64_t)), 64);
 }
 
-void writeHeader(char* staging, const HopStagingHeader& header, const std::vector<size_t>& begin) {
-  new (staging) HopStagingHeader(header);
-  auto* words = reinterpret_cast<uint64_t*>(staging + sizeof(HopStagingHeader));
+// Takes the group's next staging buffer, sized to `bytes`, and writes its header: the offsets
+// given, the positions and each position's rows (begin).
+Status startStaging(Staging& st, size_t bytes, HopStagingHeader header,
+                    const std::vector<size_t>& begin, int* which, char** staging) {
+  *which = st.takeShared();
+  TRNCCL_RETURN_IF_ERROR(st.shared[*which].reserve(bytes));
+  *staging = st.shared[*which].data();
+  header.positions = begin.size() - 1;
+  new (*staging) HopStagingHeader(header);
+  auto* words = reinterpret_cast<uint64_t*>(*staging + sizeof(HopStagingHeader));
   for (size_t i = 0; i < begin.size(); ++i) words[i] = begin[i];
+  return Status::ok();
 }
 
 // A node rank's staging as this rank reads it, with the range of rows it holds for this
@@ -101,38 +106,6 @@ Status pastItsStaging(const Routing& rt, int position, const char* call) {
                    rt.group->rank(), call, rt.hier.nodeRanks[position]);
 }
 
-// Publishes staging buffer `which`, runs fill (which completes it) once the steps before have
-// run, posts, waits for every rank of the node, runs read, and posts that it has read. Holds
-// the call until the node's ranks have read when one of them may not have mapped the buffer
-// yet (new, or grown into a new allocation).
-void exchangeInNode(ScheduleBuilder& b, CollKind kind, const EpGroup& g, int which, size_t hidden,
-                    trncclDataType_t type, std::function<Status(ScheduleBuilder&)> read) {
-  Staging& st = *g.staging;
-  const char* staging = st.shared[which].data();
-  shm::OpDescriptor d{};
-  d.kind = static_cast<int32_t>(kind);
-  d.dtype = static_cast<int32_t>(type);
-  d.op = -1;
-  d.root = -1;
-  d.count = hidden;
-  d.sendAddress = reinterpret_cast<uint64_t>(staging);
-  shm::findSharedRegion(staging, &d.sendRegion);
-  const bool hold = d.sendRegion.id != st.peersMapped[which];
-  st.peersMapped[which] = d.sendRegion.id;
-  b.publishDescriptor(d);
-  b.waitAll(b.post());
-  b.checkDescriptors();
-  const int localSize = b.localSize();
-  const int myLocal = g.comm->topology().localRank(g.rank());
-  b.callback([read = std::move(read), localSize, myLocal](ScheduleBuilder& later) {
-    for (int q = 0; q < localSize; ++q)
-      if (q != myLocal) (void)later.peerSendBuffer(q);  // mapped now, whether read from or not
-    return read(later);
-  });
-  const uint64_t peersRead = b.post();
-  if (hold) b.waitAll(peersRead);
-}
-
 }  // namespace
 
 Status planDispatchHierarchicalMapped(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
@@ -155,18 +128,16 @@ Status planDispatchHierarchicalMapped(ScheduleBuilder& b, const std::shared_ptr<
   }
   const std::vector<size_t> inAt = hop1InOffsets(h, rowBytes, K);
   const size_t hop1At = headerBytes(positions);
-  const size_t ownAt = align64(hop1At + inAt.back());
-  const size_t tableAt = align64(ownAt + (ownRows * rowBytes));
-  const size_t weightsAt = align64(tableAt + (hop2Rows * sizeof(uint64_t)));
+  const size_t ownAt = shm::alignUp(hop1At + inAt.back(), 64);
+  const size_t tableAt = shm::alignUp(ownAt + (ownRows * rowBytes), 64);
+  const size_t weightsAt = shm::alignUp(tableAt + (hop2Rows * sizeof(uint64_t)), 64);
   const size_t end = weightsAt + (hop2Rows * K * sizeof(float));
-  const int which = st.takeShared();
-  TRNCCL_RETURN_IF_ERROR(st.shared[which].reserve(end));
-  char* staging = st.shared[which].data();
   HopStagingHeader header;
-  header.positions = positions;
   header.tableOffset = tableAt;
   header.weightsOffset = weightsAt;
-  writeHeader(staging, header, h.hop2Begin);
+  int which = 0;
+  char* staging = nullptr;
+  TRNCCL_RETURN_IF_ERROR(startStaging(st, end, header, h.hop2Begin, &which, &staging));
   const std::vector<size_t> servedIndex = servedIndexOf(h);
   auto* table = reinterpret_cast<uint64_t*>(staging + tableAt);
   for (size_t hr = 0; hr < hop2Rows; ++hr) {
@@ -209,9 +180,9 @@ Status planDispatchHierarchicalMapped(ScheduleBuilder& b, const std::shared_ptr<
     }
     return Status::ok();
   });
-  exchangeInNode(
+  exchangeStaging(
       b, CollKind::kMoeDispatch, *rt.group, which, a.hidden, rt.group->config.payload,
-      [routing, args, staging, end](ScheduleBuilder& later) {
+      /*holdUntilRead=*/false, [routing, args, staging, end](ScheduleBuilder& later) {
         Routing& rt = *routing;
         const HierarchicalLayout& h = rt.hier;
         Staging& st = *rt.group->staging;
@@ -269,13 +240,11 @@ Status planCombineHierarchicalMapped(ScheduleBuilder& b, const std::shared_ptr<R
   // (expert-major: each row's slots summed straight into it).
   const size_t rowsAt = headerBytes(positions);
   const size_t end = rowsAt + (rt.recvRows() * rowBytes);
-  const int which = st.takeShared();
-  TRNCCL_RETURN_IF_ERROR(st.shared[which].reserve(end));
-  char* staging = st.shared[which].data();
   HopStagingHeader header;
-  header.positions = positions;
   header.rowsOffset = rowsAt;
-  writeHeader(staging, header, h.hop2InBegin);
+  int which = 0;
+  char* staging = nullptr;
+  TRNCCL_RETURN_IF_ERROR(startStaging(st, end, header, h.hop2InBegin, &which, &staging));
   if (rt.layout == trncclEpLayoutFlat) {
     for (size_t j = 0; j < h.finalRow.size(); ++j)
       copyBytes(staging + rowsAt + (j * rowBytes), byteAt(a.expertTokens, h.finalRow[j] * rowBytes),
@@ -288,36 +257,36 @@ Status planCombineHierarchicalMapped(ScheduleBuilder& b, const std::shared_ptr<R
   st.partial.resize(h.proxyOrigin.size() * rowBytes);
   st.recvRows.resize(h.hop1Begin[N] * rowBytes);
   const CombineArgs args = a;
-  exchangeInNode(b, CollKind::kMoeCombine, *rt.group, which, a.hidden,
-                 rt.group->config.combineType(),
-                 [routing, args, rowBytes, staging, end](ScheduleBuilder& later) {
-                   const Routing& rt = *routing;
-                   const HierarchicalLayout& h = rt.hier;
-                   const char* call = "trncclEpCombine";
-                   // Where the results of this rank's hop-2 rows to each position lie.
-                   std::vector<const char*> from(h.nodeRanks.size());
-                   std::vector<int> positionOf(h.hop2Row.size());
-                   for (size_t di = 0; di < from.size(); ++di) {
-                     const size_t rows = h.hop2Begin[di + 1] - h.hop2Begin[di];
-                     const int position = static_cast<int>(di);
-                     auto peer = nodeStaging(later, rt, position, staging, end, rows, call);
-                     TRNCCL_RETURN_IF_ERROR(peer.status());
-                     const NodeStaging& s = peer.value();
-                     const uint64_t at = s.header.rowsOffset + (s.first * rowBytes);
-                     if (!s.holds(at, rows * rowBytes)) return pastItsStaging(rt, position, call);
-                     from[di] = s.base + at;
-                     std::fill(positionOf.begin() + h.hop2Begin[di],
-                               positionOf.begin() + h.hop2Begin[di + 1], position);
-                     if (position != h.nodeIndex)
-                       later.countPeerRead(rt.group->comm->topology().localRank(h.nodeRanks[di]),
-                                           rows * rowBytes);
-                   }
-                   sumProxyRows(rt, args.hidden, rowBytes, [&](size_t x) -> const char* {
-                     const int di = positionOf[x];
-                     return from[di] + ((x - h.hop2Begin[di]) * rowBytes);
-                   });
-                   return Status::ok();
-                 });
+  exchangeStaging(b, CollKind::kMoeCombine, *rt.group, which, a.hidden,
+                  rt.group->config.combineType(), /*holdUntilRead=*/false,
+                  [routing, args, rowBytes, staging, end](ScheduleBuilder& later) {
+                    const Routing& rt = *routing;
+                    const HierarchicalLayout& h = rt.hier;
+                    const char* call = "trncclEpCombine";
+                    // Where the results of this rank's hop-2 rows to each position lie.
+                    std::vector<const char*> from(h.nodeRanks.size());
+                    std::vector<int> positionOf(h.hop2Row.size());
+                    for (size_t di = 0; di < from.size(); ++di) {
+                      const size_t rows = h.hop2Begin[di + 1] - h.hop2Begin[di];
+                      const int position = static_cast<int>(di);
+                      auto peer = nodeStaging(later, rt, position, staging, end, rows, call);
+                      TRNCCL_RETURN_IF_ERROR(peer.status());
+                      const NodeStaging& s = peer.value();
+                      const uint64_t at = s.header.rowsOffset + (s.first * rowBytes);
+                      if (!s.holds(at, rows * rowBytes)) return pastItsStaging(rt, position, call);
+                      from[di] = s.base + at;
+                      std::fill(positionOf.begin() + h.hop2Begin[di],
+                                positionOf.begin() + h.hop2Begin[di + 1], position);
+                      if (position != h.nodeIndex)
+                        later.countPeerRead(rt.group->comm->topology().localRank(h.nodeRanks[di]),
+                                            rows * rowBytes);
+                    }
+                    sumProxyRows(rt, args.hidden, rowBytes, [&](size_t x) -> const char* {
+                      const int di = positionOf[x];
+                      return from[di] + ((x - h.hop2Begin[di]) * rowBytes);
+                    });
+                    return Status::ok();
+                  });
   sendHop1Back(b, rt, rowBytes);
   b.callback([routing, args, rowBytes](ScheduleBuilder&) {
     sumTokenParts(*routing, args, rowBytes);
