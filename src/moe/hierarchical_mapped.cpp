@@ -138,7 +138,7 @@ Status planDispatchHierarchicalMapped(ScheduleBuilder& b, const std::shared_ptr<
   int which = 0;
   char* staging = nullptr;
   TRNCCL_RETURN_IF_ERROR(startStaging(st, end, header, h.hop2Begin, &which, &staging));
-  const std::vector<size_t> servedIndex = servedIndexOf(h);
+  std::vector<size_t> servedIndex = servedIndexOf(h);
   auto* table = reinterpret_cast<uint64_t*>(staging + tableAt);
   for (size_t hr = 0; hr < hop2Rows; ++hr) {
     const uint32_t pr = h.hop2Row[hr];
@@ -158,11 +158,11 @@ Status planDispatchHierarchicalMapped(ScheduleBuilder& b, const std::shared_ptr<
 
   // Hop 1 is in: every hop-2 row's weights, in its receiver's order.
   DispatchArgs args = a;
-  b.callback([routing, args, staging, hop1At, inAt, weightsAt](ScheduleBuilder&) {
+  b.callback([routing, args, staging, hop1At, inAt, weightsAt,
+              servedIndex = std::move(servedIndex)](ScheduleBuilder&) {
     const Routing& rt = *routing;
     const HierarchicalLayout& h = rt.hier;
     const int K = rt.topk, me = rt.group->rank();
-    const std::vector<size_t> servedIndex = servedIndexOf(h);
     auto* weights = reinterpret_cast<float*>(staging + weightsAt);
     for (size_t hr = 0; hr < h.hop2Row.size(); ++hr) {
       const uint32_t pr = h.hop2Row[hr];
