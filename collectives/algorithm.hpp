@@ -75,7 +75,7 @@ struct CommView {
   int nranks = 1;
   bool allLocal = true;      // every rank shares this node's segment
   bool deviceLinks = false;  // some peer is reached over NeuronLink (a device graph is in use)
-  int pipelineChunks = 0;    // TRNCCL_PIPELINE_CHUNKS (0 = pipelineChunks' choice)
+  int pipelineChunks = 0;    // TRNCCL_PIPELINE_CHUNKS (0 = the planner's choice)
   shm::Segment* segment = nullptr;
   size_t windowBytes = 0;  // per window slot
   size_t oneShotMaxBytes = 0;
@@ -134,9 +134,6 @@ Status reduceBinomial(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 // 512 KiB but 32 KiB; the limit stays below that, since its bytes grow with log2(p) where the
 // ring's stay near 2x.
 inline constexpr size_t kRecursiveDoublingMaxBytes = 256 << 10;
-// Slices a hierarchical or torus all-reduce of `bytes` is cut into, so that one slice's
-// exchange between nodes overlaps the next slice's phase inside the node.
-int pipelineChunks(const CommView& c, size_t bytes);
 Status allGatherRing(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status reduceScatterRing(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status broadcastChain(ScheduleBuilder& b, const CollArgs& a, const CommView& c);

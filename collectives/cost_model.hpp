@@ -40,6 +40,9 @@ struct CostParams {
   double syncUs = 0;      // one post-and-wait of the shared-window protocol (direct)
   double copyGBps = 1;    // a rank copying into or out of shared windows
   double reduceGBps = 1;  // a reduction, counted in bytes of output
+  // What one more pipelined slice costs beyond its messages' modeled times (its rounds'
+  // synchronisations and scheduling where every stage runs on the same cores).
+  double sliceUs = 0;
   // The efa figures are a node's whole capacity, which ranks sending across nodes in the same
   // round share (loopback: the host kernel on the same cores), not each rank's own share.
   bool efaShared = false;
@@ -100,5 +103,11 @@ PlanShape planShapeOf(const CommView& view);
 // the slices a hierarchical or torus all-reduce is cut into.
 double modeledUs(Algorithm algo, CollKind kind, size_t bytes, const PlanShape& shape,
                  const CostParams& costs, int pipelineSlices = 1);
+
+// Whether algo runs kind in pipelined slices (the hierarchical and torus all-reduce: one
+// slice's exchange across nodes overlaps the next slice's phase inside the node), whose count
+// the planner chooses: a power of two up to kMaxPipelineSlices.
+bool runsInSlices(Algorithm algo, CollKind kind);
+inline constexpr int kMaxPipelineSlices = 64;
 
 }  // namespace trnccl

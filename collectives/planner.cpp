@@ -87,6 +87,11 @@ size_t bucketBytes(int bucket) {
 
 }  // namespace
 
+std::string choiceName(Algorithm algo, int slices) {
+  return slices > 1 ? strformat("%s(%d-slice)", algorithmName(algo), slices)
+                    : std::string(algorithmName(algo));
+}
+
 Planner::Planner(CommView view, AlgoOverrides overrides, CostParams costs)
     : view_(std::move(view)), overrides_(overrides), costs_(std::move(costs)) {
   hierarchicalFits_ = view_.shapes && view_.shapes->hierarchical.fits;
@@ -106,6 +111,43 @@ Planner::Planner(CommView view, AlgoOverrides overrides, CostParams costs)
       table_[k][bucket] = options.empty() ? Algorithm::kRing : options.front().algo;
     }
   }
+  std::string unused;
+  for (const auto& info : algorithms()) {
+    if (!runsInSlices(info.algo, CollKind::kAllReduce) ||
+        !runs(CollKind::kAllReduce, info.algo, &unused))
+      continue;
+    for (int bucket = 0; bucket < kBuckets; ++bucket)
+      allReduceSlices_[static_cast<int>(info.algo)][bucket] = static_cast<uint8_t>(
+          modeled(info.algo, CollKind::kAllReduce, bucket == 0 ? 1 : bucketBytes(bucket)).slices);
+  }
+}
+
+// Slices trade overlap for rounds: each adds every level's per-message latency and step once
+// more, and the model says where that stops paying. On the development machine (2 emulated
+// nodes x 2 ranks, efa over loopback) the fixed rule that came before (one slice per MiB, at
+// most 32) took 64 MiB in 60-68 ms against 105-115 ms whole; the model's choice at each size
+// is in docs/PLANNER.md with what it measured.
+Candidate Planner::modeled(Algorithm algo, CollKind kind, size_t callBytes) const {
+  if (!runsInSlices(algo, kind)) return {algo, modeledUs(algo, kind, callBytes, shape_, costs_)};
+  if (view_.pipelineChunks > 0)
+    return {algo, modeledUs(algo, kind, callBytes, shape_, costs_, view_.pipelineChunks),
+            view_.pipelineChunks};
+  Candidate best{algo, modeledUs(algo, kind, callBytes, shape_, costs_, 1), 1};
+  for (int slices = 2; slices <= kMaxPipelineSlices && static_cast<size_t>(slices) <= callBytes;
+       slices *= 2) {
+    const double us = modeledUs(algo, kind, callBytes, shape_, costs_, slices);
+    if (us < best.us) best = {algo, us, slices};
+  }
+  return best;
+}
+
+int Planner::slicesFor(CollKind kind, size_t bytes, Algorithm algo) const {
+  // The uneven hierarchical reduce-scatter runs the hierarchical all-reduce of its whole input.
+  if (kind == CollKind::kReduceScatter && algo == Algorithm::kHierarchical)
+    kind = CollKind::kAllReduce, bytes = callBytes(CollKind::kReduceScatter, bytes);
+  if (!runsInSlices(algo, kind)) return 1;
+  if (view_.pipelineChunks > 0) return view_.pipelineChunks;
+  return std::max<int>(1, allReduceSlices_[static_cast<int>(algo)][bucketOf(bytes)]);
 }
 
 // All-to-all-v's sizes differ between ranks, so a rank cannot plan by size without asking the
@@ -177,9 +219,8 @@ std::vector<Candidate> Planner::ranked(CollKind kind, size_t callBytes) const {
   for (const auto& info : algorithms()) {
     if (overrides_.excluded[static_cast<int>(info.algo)] || !runs(kind, info.algo, &unused))
       continue;
-    const double us =
-        modeledUs(info.algo, kind, callBytes, shape_, costs_, pipelineChunks(view_, callBytes));
-    if (std::isfinite(us)) options.push_back({info.algo, us});
+    const Candidate candidate = modeled(info.algo, kind, callBytes);
+    if (std::isfinite(candidate.us)) options.push_back(candidate);
   }
   // Stable: on a tie the registry's order decides (the simpler algorithm first).
   std::stable_sort(options.begin(), options.end(),
@@ -199,12 +240,15 @@ std::vector<PlanRange> Planner::ranges(CollKind kind) const {
   const int k = static_cast<int>(kind);
   for (int bucket = 0; bucket < kBuckets; ++bucket) {
     const Algorithm algo = table_[k][bucket];
+    const int slices = kind == CollKind::kAllReduce && runsInSlices(algo, kind)
+                           ? std::max<int>(1, allReduceSlices_[static_cast<int>(algo)][bucket])
+                           : 1;
     const size_t from = bucket == 0 ? 0 : bucketBytes(bucket - 1) + 1;
     const size_t to = bucket == kBuckets - 1 ? kPlanMaxBytes : bucketBytes(bucket);
-    if (!result.empty() && result.back().algo == algo)
+    if (!result.empty() && result.back().algo == algo && result.back().slices == slices)
       result.back().toBytes = to;
     else
-      result.push_back({from, to, algo});
+      result.push_back({from, to, algo, slices});
   }
   return result;
 }
@@ -233,6 +277,7 @@ Status Planner::build(ScheduleBuilder& b, const CollArgs& a, Algorithm algo) con
     return makeError(Code::kInternalError, "no %s algorithm for this call", algorithmName(algo));
   b.schedule().dtype = a.dtype;
   b.schedule().op = a.op;
+  b.setPipelineSlices(slicesFor(a.kind, a.count * elementSize(a), algo));
   return fn(b, a, view_);
 }
 
@@ -256,7 +301,7 @@ std::string Planner::planTable() const {
     }
     const auto plan = ranges(kind);
     for (size_t i = 0; i < plan.size(); ++i) {
-      table += algorithmName(plan[i].algo);
+      table += choiceName(plan[i].algo, plan[i].slices);
       if (i + 1 < plan.size()) table += "<=" + sizeText(plan[i].toBytes) + ",";
     }
   }
@@ -280,12 +325,13 @@ std::vector<std::string> Planner::planDetails() const {
       const bool everySize = range.fromBytes == 0 && range.toBytes == kPlanMaxBytes;
       std::string line =
           everySize
-              ? strformat("%s every size: %s", collName(kind), algorithmName(range.algo))
+              ? strformat("%s every size: %s", collName(kind),
+                          choiceName(range.algo, range.slices).c_str())
               : strformat("%s %s%s%s%s: %s", collName(kind), range.fromBytes == 0 ? "" : ">",
                           sizeText(range.fromBytes == 0 ? 0 : range.fromBytes - 1).c_str(),
                           range.toBytes == kPlanMaxBytes ? "" : "..",
                           range.toBytes == kPlanMaxBytes ? "" : sizeText(range.toBytes).c_str(),
-                          algorithmName(range.algo));
+                          choiceName(range.algo, range.slices).c_str());
       // All-to-all-v has one choice for every size (leastRegret): shown at both ends.
       // A barrier moves no data: modeled at 0.
       std::vector<size_t> sizes = {kind == CollKind::kBarrier ? 0 : representative(range)};
@@ -295,8 +341,8 @@ std::vector<std::string> Planner::planDetails() const {
         if (options.empty()) continue;
         line += " (modeled at " + sizeText(at) + ":";
         for (size_t i = 0; i < options.size(); ++i)
-          line += strformat("%s %s %.1f us", i == 0 ? "" : ",", algorithmName(options[i].algo),
-                            options[i].us);
+          line += strformat("%s %s %.1f us", i == 0 ? "" : ",",
+                            choiceName(options[i].algo, options[i].slices).c_str(), options[i].us);
         line += ")";
       }
       lines.push_back(line);

@@ -26,17 +26,24 @@ struct AlgoOverrides {
 // allgather, reducescatter, broadcast, reduce, alltoall, alltoallv, barrier.
 Result<AlgoOverrides> parseAlgoOverrides(const std::string& text);
 
-// One planned choice: an algorithm and its modeled time for a call size.
+// One planned choice: an algorithm, the pipelined slices it cuts the call into (1 for the
+// algorithms that do not; runsInSlices), and its modeled time for a call size.
 struct Candidate {
   Algorithm algo;
   double us;
+  int slices = 1;
 };
 
 // A run of call sizes (as nccl-tests counts them) with the same choice.
 struct PlanRange {
   size_t fromBytes, toBytes;  // inclusive; the last range ends at Planner::kPlanMaxBytes
   Algorithm algo;
+  int slices = 1;
 };
+
+// "hierarchical", or "hierarchical(8-slice)" for a choice cut into 8 slices (no spaces: the
+// plan line is read word by word, bench/plot/planner_replay.py).
+std::string choiceName(Algorithm algo, int slices);
 
 class Planner {
  public:
@@ -44,8 +51,13 @@ class Planner {
   // bytes: count * element size as the call gives it (per rank for all-gather and
   // reduce-scatter, per peer for all-to-all; all-to-all-v has one choice for every size).
   Result<Algorithm> choose(CollKind kind, size_t bytes) const;
-  // Builds the schedule for a call with the chosen algorithm.
+  // Builds the schedule for a call with the chosen algorithm (and, for an algorithm that runs
+  // in slices, the planned count: slicesFor).
   Status build(ScheduleBuilder& b, const CollArgs& a, Algorithm algo) const;
+  // The pipelined slices algo cuts a call of kind and `bytes` (as choose takes them) into:
+  // TRNCCL_PIPELINE_CHUNKS when set, else the count with the least modeled time; 1 for
+  // algorithms that do not run in slices.
+  int slicesFor(CollKind kind, size_t bytes, Algorithm algo) const;
   // Every algorithm that can run kind here (not excluded, fits), fastest first, for a call
   // of callBytes (nccl-tests' size; see modeledUs).
   std::vector<Candidate> ranked(CollKind kind, size_t callBytes) const;
@@ -73,6 +85,8 @@ class Planner {
   size_t callBytes(CollKind kind, size_t bytes) const;
   // The one algorithm for every size of a collective whose ranks' sizes differ (all-to-all-v).
   Algorithm leastRegret(CollKind kind) const;
+  // algo's modeled time for kind at callBytes, with its best slice count (see slicesFor).
+  Candidate modeled(Algorithm algo, CollKind kind, size_t callBytes) const;
 
   CommView view_;
   AlgoOverrides overrides_;
@@ -83,6 +97,9 @@ class Planner {
   // The cheapest algorithm per collective and size bucket, computed once at init: choose()
   // is on every call's path.
   Algorithm table_[static_cast<int>(CollKind::kCount)][kBuckets];
+  // The planned slices of every algorithm that runs in slices, per size bucket of all-reduce
+  // (whether or not it is the choice there: TRNCCL_ALGO may force it).
+  uint8_t allReduceSlices_[static_cast<int>(Algorithm::kCount)][kBuckets] = {};
 };
 
 }  // namespace trnccl

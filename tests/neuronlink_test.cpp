@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "collectives/planner.hpp"
+#include "collectives/shapes.hpp"
 #include "support/sweep.hpp"
 
 namespace trnccl::testing {
@@ -222,10 +224,12 @@ TEST(NeuronLink, HierarchicalAllReduceCrossesEfaOncePerPosition) {
             f.add("rank %d -> %d: NeuronLink between unlinked chips", rank, t.peer);
         }
         if (efaPeers != 1) f.add("rank %d talked to %d ranks over efa, want 1", rank, efaPeers);
-        const size_t share = count / 8;  // every share is count/8 or one element more
-        if (efaBytes < share * 4 || efaBytes > (share + 1) * 4)
+        // Every share is count/8 give or take an element per pipelined slice (each slice is
+        // split 8 ways on its own); the node's total below is exact.
+        const size_t share = count / 8, slack = kMaxPipelineSlices;
+        if (efaBytes < (share - slack) * 4 || efaBytes > (share + slack) * 4)
           f.add("rank %d sent %llu bytes over efa; the model says its share, %zu-%zu", rank,
-                efaBytes, share * 4, (share + 1) * 4);
+                efaBytes, (share - slack) * 4, (share + slack) * 4);
         // Every rank of a node together sends the whole buffer once over efa: check via a
         // reduction of the per-rank counts.
         unsigned long long total = 0;
@@ -236,6 +240,82 @@ TEST(NeuronLink, HierarchicalAllReduceCrossesEfaOncePerPosition) {
                 total, 2 * count * 4);
       });
   EXPECT_ALL_RANKS_OK(outcomes);
+}
+
+// The hierarchical all-reduce runs in the slices the planner chose for the call's size (or
+// TRNCCL_PIPELINE_CHUNKS): on 2 emulated nodes x 2 ranks each slice sends one reduce-scatter
+// and one all-gather message to the rank's peer on the other node, so the efa messages a call
+// sends are twice its slices. A small call goes whole; the large one's count is the planner's,
+// computed here from the same cost model with this machine's defaults (the job runs with them:
+// no tuning file).
+int plannedSlices(int nranks, int nodes, size_t bytes) {
+  std::vector<uint64_t> hosts;
+  for (int r = 0; r < nranks; ++r) hosts.push_back(100 + r * nodes / nranks);
+  auto t =
+      topology::Topology::build(topology::groupByHost(hosts), {}, std::vector<int>(nranks, -1));
+  if (!t.isOk()) return -1;
+  const Shapes shapes = buildShapes(t.value(), 0);
+  CommView view;
+  view.nranks = nranks;
+  view.allLocal = nodes == 1;
+  view.ring = RingGroup::of(t.value().ringOrder(), 0);
+  view.topology = &t.value();
+  view.shapes = &shapes;
+  return Planner(view, AlgoOverrides{})
+      .slicesFor(CollKind::kAllReduce, bytes, Algorithm::kHierarchical);
+}
+
+size_t efaMessagesSent(Failures& f, trncclComm_t comm, int n) {
+  size_t sent = 0;
+  for (const auto& t : trafficOf(f, comm, n))
+    if (t.transport == trncclTransportEfa) sent += t.sentMessages;
+  return sent;
+}
+
+TEST(Topology, HierarchicalAllReduceRunsInThePlannedSlices) {
+  for (const char* pinned : {"", "3"}) {
+    auto outcomes = withComm(
+        4,
+        [&](int rank) {
+          unsetenv("TRNCCL_TOPO_PRESET");
+          unsetenv("TRNCCL_TOPO_FILE");
+          unsetenv("TRNCCL_TUNING_FILE");
+          setenv("TRNCCL_HOSTID", rank < 2 ? "slices-a" : "slices-b", 1);
+          setenv("TRNCCL_ALGO", "allreduce:hierarchical", 1);
+          setenv("FI_NET_IFACE", "lo", 1);
+          setenv("FI_TCP_IFACE", "lo", 1);
+          if (*pinned)
+            setenv("TRNCCL_PIPELINE_CHUNKS", pinned, 1);
+          else
+            unsetenv("TRNCCL_PIPELINE_CHUNKS");
+        },
+        [&](Failures& f, trncclComm_t comm, int rank, int nranks) {
+          const size_t small = 1000, large = (size_t{16} << 20) / sizeof(float) + 3;
+          size_t before = efaMessagesSent(f, comm, nranks);
+          allReduceAndCheck(f, comm, rank, nranks, small);
+          const size_t smallMessages = efaMessagesSent(f, comm, nranks) - before;
+          before = efaMessagesSent(f, comm, nranks);
+          allReduceAndCheck(f, comm, rank, nranks, large);
+          const size_t largeMessages = efaMessagesSent(f, comm, nranks) - before;
+          const size_t wantSmall = *pinned ? 6 : 2;
+          size_t wantLarge = 6;
+          if (!*pinned) {
+            const size_t bytes = large * sizeof(float);
+            size_t bucket = 1;  // the planner plans a call at its power-of-two bucket's end
+            while (bucket < bytes) bucket *= 2;
+            wantLarge = 2 * static_cast<size_t>(plannedSlices(4, 2, bucket));
+            if (wantLarge <= 2)
+              f.add("the model cuts %zu B in one slice; the test needs more", bytes);
+          }
+          if (smallMessages != wantSmall)
+            f.add("rank %d: %zu efa messages for %zu floats, want %zu", rank, smallMessages, small,
+                  wantSmall);
+          if (largeMessages != wantLarge)
+            f.add("rank %d: %zu efa messages for %zu floats, want %zu", rank, largeMessages, large,
+                  wantLarge);
+        });
+    EXPECT_ALL_RANKS_OK(outcomes);
+  }
 }
 
 // Chips 0, 1 and 10 of a trn2 node: ranks 0 and 1 are linked, rank 2 is linked to neither.

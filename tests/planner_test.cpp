@@ -19,6 +19,7 @@ TEST(TuningFile, WrittenTextLoadsBackTheSameNumbers) {
   tuned.syncUs = 0.125;
   tuned.copyGBps = 7;
   tuned.reduceGBps = 3.5;
+  tuned.sliceUs = 42.5;
   tuned.moe.push_back({4, 2, 128, "hierarchical", 4096, 8, 0});
   tuned.moe.push_back({2, 1, 16, "low_latency", 0, 0, 0});
   auto back = parseTuning(tuningText(tuned), "test", CostParams{});
@@ -59,6 +60,7 @@ TEST(TuningFile, EveryKindOfMistakeIsRefusedNamingTheLineAndField) {
       {"trnccl-tuning 1\nstep_us 1 2\n", "line 2: 'step_us' takes one number"},
       {"trnccl-tuning 1\ncopy_gbps 0\n", "line 2: copy_gbps='0' is not a positive number"},
       {"trnccl-tuning 1\nreduce_gbps nan\n", "line 2: reduce_gbps='nan'"},
+      {"trnccl-tuning 1\nslice_us -5\n", "line 2: slice_us='-5' is not a non-negative number"},
       {"trnccl-tuning 1\nwarp_factor 9\n", "line 2: unknown key 'warp_factor'"},
       {"trnccl-tuning 1\nmoe ranks=2 nodes=1 tokens=8\n",
        "line 2: a moe entry needs ranks=, nodes=, tokens= and mode="},

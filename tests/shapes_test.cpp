@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "collectives/cost_model.hpp"
 #include "collectives/planner.hpp"
 #include "collectives/registry.hpp"
 #include "collectives/shapes.hpp"
@@ -175,6 +176,75 @@ TEST(Planner, AllToAllvTakesTheLeastRegretForEverySize) {
   EXPECT_EQ(np.choose(CollKind::kAllToAll, 1 << 20).value(), Algorithm::kRing);
   // Blocks of 1 KiB are aggregated, fewer messages across nodes.
   EXPECT_LT(ranked(4 << 10, Algorithm::kHierarchical), ranked(4 << 10, Algorithm::kRing));
+}
+
+// The hierarchical and torus all-reduce run in pipelined slices whose count the planner
+// chooses per size: the power of two (up to kMaxPipelineSlices) with the least modeled time,
+// recomputed here from modeledUs. Small calls go whole and large ones in slices, never fewer
+// for a larger call; a forced algorithm gets its own best count; TRNCCL_PIPELINE_CHUNKS
+// (CommView::pipelineChunks) overrides every size; the other algorithms take one.
+TEST(Planner, SlicesAreTheModelsCheapestCountAtEverySize) {
+  for (bool hardware : {false, true}) {
+    auto t = hardware ? job(2, 16, "trn2.48xlarge") : job(2, 2, "");
+    Shapes shapes = buildShapes(t, 0);
+    const Algorithm algo = hardware ? Algorithm::kTorus : Algorithm::kHierarchical;
+    auto planner = plannerFor(t, shapes, 0, "", hardware, hardware);
+    int previous = 1;
+    for (size_t bytes = 1; bytes <= (size_t{1} << 34); bytes *= 2) {
+      const int slices = planner.slicesFor(CollKind::kAllReduce, bytes, algo);
+      double best =
+          modeledUs(algo, CollKind::kAllReduce, bytes, planner.shape(), planner.costs(), slices);
+      for (int other = 1; other <= kMaxPipelineSlices && static_cast<size_t>(other) <= bytes;
+           other *= 2)
+        EXPECT_LE(best, modeledUs(algo, CollKind::kAllReduce, bytes, planner.shape(),
+                                  planner.costs(), other))
+            << bytes << " B: " << slices << " slices against " << other;
+      EXPECT_GE(slices, previous) << bytes << " B";
+      previous = slices;
+      EXPECT_EQ(planner.slicesFor(CollKind::kAllReduce, bytes, Algorithm::kRing), 1);
+      EXPECT_EQ(planner.slicesFor(CollKind::kAllGather, bytes, algo), 1);
+    }
+    EXPECT_EQ(planner.slicesFor(CollKind::kAllReduce, 1024, algo), 1);
+    EXPECT_GT(planner.slicesFor(CollKind::kAllReduce, size_t{1} << 34, algo), 1);
+    // The plan's ranges carry the count and say it.
+    bool sliced = false;
+    for (const PlanRange& range : planner.ranges(CollKind::kAllReduce))
+      if (range.algo == algo && range.slices > 1) sliced = true;
+    EXPECT_TRUE(sliced);
+    EXPECT_NE(planner.planTable().find(std::string(algorithmName(algo)) + "("), std::string::npos)
+        << planner.planTable();
+    // Forced, the algorithm still gets its own count.
+    auto forced = plannerFor(t, shapes, 0, std::string("allreduce:") + algorithmName(algo),
+                             hardware, hardware);
+    EXPECT_EQ(forced.slicesFor(CollKind::kAllReduce, 64 << 20, algo),
+              planner.slicesFor(CollKind::kAllReduce, 64 << 20, algo));
+  }
+  // A costlier slice never buys more of them.
+  auto t = job(2, 2, "");
+  Shapes shapes = buildShapes(t, 0);
+  CommView view;
+  view.nranks = t.nranks();
+  view.allLocal = false;
+  view.ring = RingGroup::of(t.ringOrder(), 0);
+  view.topology = &t;
+  view.shapes = &shapes;
+  CostParams free = machineCosts(), dear = machineCosts();
+  free.sliceUs = 0;
+  dear.sliceUs = 1000;
+  const Planner cheap(view, parseAlgoOverrides("").value(), free);
+  const Planner costly(view, parseAlgoOverrides("").value(), dear);
+  for (size_t bytes = 1 << 20; bytes <= (size_t{1} << 30); bytes *= 4)
+    EXPECT_GE(cheap.slicesFor(CollKind::kAllReduce, bytes, Algorithm::kHierarchical),
+              costly.slicesFor(CollKind::kAllReduce, bytes, Algorithm::kHierarchical))
+        << bytes;
+  EXPECT_GT(cheap.slicesFor(CollKind::kAllReduce, 64 << 20, Algorithm::kHierarchical),
+            costly.slicesFor(CollKind::kAllReduce, 64 << 20, Algorithm::kHierarchical));
+  // TRNCCL_PIPELINE_CHUNKS: that many at every size, for both algorithms that slice.
+  view.pipelineChunks = 3;
+  const Planner pinned(view, parseAlgoOverrides("").value());
+  for (size_t bytes : {size_t{8}, size_t{1} << 20, size_t{1} << 30})
+    EXPECT_EQ(pinned.slicesFor(CollKind::kAllReduce, bytes, Algorithm::kHierarchical), 3);
+  EXPECT_EQ(pinned.slicesFor(CollKind::kAllReduce, 1 << 20, Algorithm::kRing), 1);
 }
 
 }  // namespace

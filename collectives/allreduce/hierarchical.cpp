@@ -27,7 +27,7 @@ Status allReduceHierarchical(ScheduleBuilder& b, const CollArgs& a, const CommVi
     input = a.recvbuff;
   }
   allReduceOverLevelsPipelined(b, a, input, a.recvbuff, {h.inner, h.outer}, c.nranks,
-                               pipelineChunks(c, bytes));
+                               b.pipelineSlices());
   ConcurrentSteps together(b);
   for (int folded : h.folded) b.send(folded, a.recvbuff, bytes);
   return Status::ok();

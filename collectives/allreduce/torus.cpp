@@ -11,7 +11,7 @@ Status allReduceTorus(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   const TorusShape& t = c.shapes->torus;
   if (!t.fits) return makeError(Code::kInternalError, "torus all-reduce: %s", t.whyNot.c_str());
   allReduceOverLevelsPipelined(b, a, a.sendbuff, a.recvbuff, t.levels, c.nranks,
-                               pipelineChunks(c, a.count * elementSize(a)));
+                               b.pipelineSlices());
   return Status::ok();
 }
 

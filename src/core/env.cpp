@@ -192,7 +192,9 @@ const Var kFlightRecorderDir{
 const Var kPipelineChunks{"TRNCCL_PIPELINE_CHUNKS", Kind::kInt, "0",
                           "Slices a hierarchical or torus all-reduce is cut into, so that one "
                           "slice's exchange between nodes overlaps the next slice's phase "
-                          "inside the node. 0 = one slice per MiB, at most 32."};
+                          "inside the node. 0 = the planner's choice per call size: the "
+                          "power of two up to 64 with the least modeled time "
+                          "(trnccl-topo --plan shows it)."};
 const Var kTuningFile{"TRNCCL_TUNING_FILE", Kind::kString, "",
                       "A tuning file (docs/PLANNER.md; written by trnccl-tune) whose latencies "
                       "and bandwidths replace the cost model's defaults; every rank must read "

@@ -123,6 +123,11 @@ class ScheduleBuilder {
   // Every step added until the next newGroup() progresses together.
   void newGroup() { ++s_.groups; }
 
+  // How many pipelined slices the planner chose for this call (collectives/planner.hpp); the
+  // algorithms that cut a call into slices read it, the others ignore it.
+  void setPipelineSlices(int slices) { pipelineSlices_ = slices; }
+  int pipelineSlices() const { return pipelineSlices_ > 0 ? pipelineSlices_ : 1; }
+
   void copy(void* dst, const void* src, size_t bytes) {
     if (bytes == 0 || dst == src) return;
     Step step = makeStep(StepKind::kCopy);
@@ -323,6 +328,8 @@ class ScheduleBuilder {
   }
 
  private:
+  int pipelineSlices_ = 0;
+
   void addTransfer(StepKind kind, const TransferOp& transfer) {
     Step step = makeStep(kind);
     step.first = static_cast<uint32_t>(s_.transfers.size());

@@ -145,6 +145,17 @@ int printPlan(const topology::Topology& topo, const CostParams& costs, bool verb
     }
     *into = static_cast<size_t>(value.value());
   }
+  auto slices = env::getInt(env::kPipelineChunks);
+  if (!slices.isOk()) {
+    std::fprintf(stderr, "trnccl-topo: %s\n", slices.status().message().c_str());
+    return 1;
+  }
+  if (slices.value() < 0 || slices.value() > kMaxPipelineSlices) {
+    std::fprintf(stderr, "trnccl-topo: TRNCCL_PIPELINE_CHUNKS=%lld is outside 0..%d\n",
+                 static_cast<long long>(slices.value()), kMaxPipelineSlices);
+    return 1;
+  }
+  view.pipelineChunks = static_cast<int>(slices.value());
   auto overrides = parseAlgoOverrides(env::getString(env::kAlgo));
   if (!overrides.isOk()) {
     std::fprintf(stderr, "trnccl-topo: %s\n", overrides.status().message().c_str());
@@ -153,7 +164,7 @@ int printPlan(const topology::Topology& topo, const CostParams& costs, bool verb
   const Planner planner(view, overrides.value(), costs);
   std::printf("\nplan for %d rank(s) on %d node(s); costs: %s\n%s", view.nranks, topo.nnodes(),
               costs.origin.c_str(), tuningText(costs).c_str());
-  std::printf("%-14s %-18s %-13s %10s %12s %12s\n", "collective", "sizes", "algorithm",
+  std::printf("%-14s %-18s %-22s %10s %12s %12s\n", "collective", "sizes", "algorithm",
               "modeled at", "time (us)", "busbw (GB/s)");
   for (int k = 0; k < static_cast<int>(CollKind::kSendRecv); ++k) {
     const auto kind = static_cast<CollKind>(k);
@@ -170,8 +181,8 @@ int printPlan(const topology::Topology& topo, const CostParams& costs, bool verb
         sizes += ".." + sizeText(range.toBytes);
       else if (range.fromBytes == 0)
         sizes = "all";
-      std::printf("%-14s %-18s %-13s %10s %12.1f %12.2f\n", collName(kind), sizes.c_str(),
-                  algorithmName(range.algo), sizeText(at).c_str(), us, busbw);
+      std::printf("%-14s %-18s %-22s %10s %12.1f %12.2f\n", collName(kind), sizes.c_str(),
+                  choiceName(range.algo, range.slices).c_str(), sizeText(at).c_str(), us, busbw);
     }
   }
   if (verbose)

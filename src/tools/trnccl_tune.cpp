@@ -285,7 +285,8 @@ int main(int argc, char** argv) {
   for (const std::string& note : notes) header += "# " + note + "\n";
   header += strformat(
       "# step_us: 8 B all-reduce on one rank; sync_us: a direct barrier; "
-      "copy_gbps / reduce_gbps: 4 MiB in one process\n");
+      "copy_gbps / reduce_gbps: 4 MiB in one process; slice_us: the default, not measured "
+      "(it needs ranks on several nodes)\n");
   // The header line must come first; comments go after it.
   const size_t firstLine = text.find('\n') + 1;
   text = text.substr(0, firstLine) + header + text.substr(firstLine);
