@@ -123,10 +123,8 @@ Planner::Planner(CommView view, AlgoOverrides overrides, CostParams costs)
 }
 
 // Slices trade overlap for rounds: each adds every level's per-message latency and step once
-// more, and the model says where that stops paying. On the development machine (2 emulated
-// nodes x 2 ranks, efa over loopback) the fixed rule that came before (one slice per MiB, at
-// most 32) took 64 MiB in 60-68 ms against 105-115 ms whole; the model's choice at each size
-// is in docs/PLANNER.md with what it measured.
+// more, and slice_us, and the model says where that stops paying. It replaced a fixed rule (one
+// slice per MiB, at most 32); docs/PLANNER.md has both against measured counts at 1-64 MiB.
 Candidate Planner::modeled(Algorithm algo, CollKind kind, size_t callBytes) const {
   if (!runsInSlices(algo, kind)) return {algo, modeledUs(algo, kind, callBytes, shape_, costs_)};
   if (view_.pipelineChunks > 0)
