@@ -412,8 +412,8 @@ CostParams machineCosts() {
   c.copyGBps = 8.0;
   c.reduceGBps = 8.0;
   // Measured per extra slice of the hierarchical all-reduce on 2 emulated nodes x 2 ranks (4
-  // processes on 2 cores), 1-64 MiB: about 130-150 us over what its messages model; with it
-  // the model keeps 1 MiB whole, which measured fastest (docs/PLANNER.md).
+  // processes on 2 cores), 1-64 MiB: 100-210 us, about 53 of it the messages the model counts;
+  // with 150 the model keeps 1 MiB whole, which measured fastest (docs/PLANNER.md).
   c.sliceUs = 150.0;
   c.origin = "this machine's defaults";
   return c;
