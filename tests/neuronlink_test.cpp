@@ -2,7 +2,8 @@
 // topology, collectives checked against a serial reference, and trncclCommGetPeerTraffic
 // showing that NeuronLink carried traffic only between linked chips (the expected links are
 // computed here from the 4x4 torus rule). Also: init refuses a job that does not fit its
-// topology, and ranks that discovered different topologies.
+// topology, and ranks that discovered different topologies; and the hierarchical all-reduce
+// runs in the slices the planner chose (2 emulated nodes, no device graph).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
