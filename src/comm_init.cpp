@@ -41,16 +41,6 @@ struct Communicator::Settings {
 
 namespace {
 
-Result<size_t> bytesSetting(const env::Var& var, int64_t minimum, int64_t maximum) {
-  auto value = env::getInt(var);
-  TRNCCL_RETURN_IF_ERROR(value.status());
-  if (value.value() < minimum || value.value() > maximum)
-    return makeError(Code::kInvalidArgument, "%s=%lld is outside [%lld, %lld]", var.name,
-                     static_cast<long long>(value.value()), static_cast<long long>(minimum),
-                     static_cast<long long>(maximum));
-  return static_cast<size_t>(value.value());
-}
-
 void appendWord(std::string& blob, uint64_t word) {
   blob.append(reinterpret_cast<const char*>(&word), sizeof(word));
 }
@@ -89,10 +79,10 @@ Status Communicator::readSettings(const CommOptions& options, Settings* s) {
                            Bounded{env::kStreamCopyBytes, 0, INT64_MAX, &s->streamCopyBytes},
                            Bounded{env::kCmaMinBytes, 1, INT64_MAX, &s->cmaMinBytes},
                            Bounded{env::kCmaMaxBytes, 0, INT64_MAX, &s->cmaMaxBytes},
-                           Bounded{env::kPipelineChunks, 0, 64, &chunks}}) {
-    auto value = bytesSetting(b.var, b.minimum, b.maximum);
+                           Bounded{env::kPipelineChunks, 0, kMaxPipelineSlices, &chunks}}) {
+    auto value = env::getIntBetween(b.var, b.minimum, b.maximum);
     TRNCCL_RETURN_IF_ERROR(value.status());
-    *b.into = value.value();
+    *b.into = static_cast<size_t>(value.value());
   }
   s->pipelineChunks = static_cast<int>(chunks);
   auto cma = env::getBool(env::kCma);
@@ -352,7 +342,7 @@ Status Communicator::attachSegment(const trncclUniqueId& id, const Settings& s,
   params.localSize = static_cast<uint32_t>(localRanks.size());
   params.windowBytes = (s.windowBytes + 4095) / 4096 * 4096;
   params.ringSlots = static_cast<uint32_t>(s.ringSlots);
-  params.ringSlotBytes = (s.ringSlotBytes + 63) / 64 * 64;
+  params.ringSlotBytes = shm::alignUp(s.ringSlotBytes, 64);
   params.oneShotMaxBytes = s.oneShotMaxBytes;
   params.llMaxBytes = s.llMaxBytes;
   params.algorithmHash = s.algoHash;

@@ -298,6 +298,16 @@ Result<int64_t> getInt(const Var& var) {
   return static_cast<int64_t>(parsed) * scale;
 }
 
+Result<int64_t> getIntBetween(const Var& var, int64_t minimum, int64_t maximum) {
+  auto value = getInt(var);
+  TRNCCL_RETURN_IF_ERROR(value.status());
+  if (value.value() < minimum || value.value() > maximum)
+    return makeError(Code::kInvalidArgument, "%s=%lld is outside [%lld, %lld]", var.name,
+                     static_cast<long long>(value.value()), static_cast<long long>(minimum),
+                     static_cast<long long>(maximum));
+  return value;
+}
+
 Result<double> getSeconds(const Var& var) {
   std::string value = getString(var);
   char* end = nullptr;

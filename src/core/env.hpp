@@ -80,6 +80,8 @@ bool isSet(const Var& var);
 std::string getString(const Var& var);
 // Integers accept K/M/G (powers of 1024) for kBytes; seconds accept fractions ("2.5").
 Result<int64_t> getInt(const Var& var);
+// getInt, refused (naming the variable and the range) outside [minimum, maximum].
+Result<int64_t> getIntBetween(const Var& var, int64_t minimum, int64_t maximum);
 Result<double> getSeconds(const Var& var);
 Result<bool> getBool(const Var& var);
 

@@ -23,6 +23,7 @@
 #include "collectives/algorithm.hpp"
 #include "core/dtype.hpp"
 #include "moe/ep_group.hpp"
+#include "transports/shm/segment.hpp"
 
 namespace trnccl::moe {
 namespace {
@@ -40,12 +41,8 @@ struct StagingHeader {
   uint64_t idsOffset = 0;          // low-latency dispatch: each packed row's K local expert ids
 };
 
-size_t align64(size_t bytes) {
-  return (bytes + 63) / 64 * 64;
-}
-
 size_t headerBytes(int n) {
-  return align64(sizeof(StagingHeader) + ((n + 1) * sizeof(uint64_t)));
+  return shm::alignUp(sizeof(StagingHeader) + ((n + 1) * sizeof(uint64_t)), 64);
 }
 
 StagingHeader* writeHeader(char* staging, const std::vector<size_t>& begin) {
@@ -434,11 +431,11 @@ Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& ro
                           tokens.offset + (rt.numTokens * rowBytes) <= tokens.bytes;
   const size_t rowsOffset = headerBytes(n);
   const size_t weightsOffset =
-      align64(rowsOffset + (rows * (fromTokens ? sizeof(uint64_t) : rowBytes)));
+      shm::alignUp(rowsOffset + (rows * (fromTokens ? sizeof(uint64_t) : rowBytes)), 64);
   // Low latency: each row's local expert ids too (what the routing would have exchanged).
   size_t end = weightsOffset + (rows * rt.topk * sizeof(float)), idsOffset = 0;
   if (rt.lowLatency) {
-    idsOffset = align64(end);
+    idsOffset = shm::alignUp(end, 64);
     end = idsOffset + (rows * rt.topk * sizeof(int32_t));
   }
   const int which = st.takeShared();
@@ -491,7 +488,7 @@ Status planCombineDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& rou
   if (!fromOutputs)
     need += rt.recvRows() * rowBytes;
   else if (!flat)
-    need += align64(rt.recvRows() * K * sizeof(int64_t)) + (rt.recvSlots() * 4);
+    need += shm::alignUp(rt.recvRows() * K * sizeof(int64_t), 64) + (rt.recvSlots() * 4);
   const int which = st.takeShared();
   TRNCCL_RETURN_IF_ERROR(st.shared[which].reserve(need));
   char* staging = st.shared[which].data();
@@ -503,7 +500,7 @@ Status planCombineDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& rou
       header->slotsOffset = base;
       copyBytes(staging + base, rt.slotOf.data(), rt.slotOf.size() * sizeof(int64_t));
       if (a.weighted) {
-        header->slotWeightsOffset = base + align64(rt.slotOf.size() * sizeof(int64_t));
+        header->slotWeightsOffset = base + shm::alignUp(rt.slotOf.size() * sizeof(int64_t), 64);
         copyBytes(staging + header->slotWeightsOffset, rt.slotWeights.data(),
                   rt.slotWeights.size() * sizeof(float));
       }

@@ -145,14 +145,10 @@ int printPlan(const topology::Topology& topo, const CostParams& costs, bool verb
     }
     *into = static_cast<size_t>(value.value());
   }
-  auto slices = env::getInt(env::kPipelineChunks);
+  // Bounded as a communicator's init bounds it (comm_init.cpp).
+  auto slices = env::getIntBetween(env::kPipelineChunks, 0, kMaxPipelineSlices);
   if (!slices.isOk()) {
     std::fprintf(stderr, "trnccl-topo: %s\n", slices.status().message().c_str());
-    return 1;
-  }
-  if (slices.value() < 0 || slices.value() > kMaxPipelineSlices) {
-    std::fprintf(stderr, "trnccl-topo: TRNCCL_PIPELINE_CHUNKS=%lld is outside 0..%d\n",
-                 static_cast<long long>(slices.value()), kMaxPipelineSlices);
     return 1;
   }
   view.pipelineChunks = static_cast<int>(slices.value());
