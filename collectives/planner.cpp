@@ -139,13 +139,18 @@ Candidate Planner::modeled(Algorithm algo, CollKind kind, size_t callBytes) cons
   return best;
 }
 
+// The table holds modeled()'s counts, TRNCCL_PIPELINE_CHUNKS included; 0 (never planned: the
+// algorithm does not run here) reads as 1.
+int Planner::slicesAt(CollKind kind, int bucket, Algorithm algo) const {
+  if (!runsInSlices(algo, kind)) return 1;
+  return std::max<int>(1, allReduceSlices_[static_cast<int>(algo)][bucket]);
+}
+
 int Planner::slicesFor(CollKind kind, size_t bytes, Algorithm algo) const {
   // The uneven hierarchical reduce-scatter runs the hierarchical all-reduce of its whole input.
   if (kind == CollKind::kReduceScatter && algo == Algorithm::kHierarchical)
     kind = CollKind::kAllReduce, bytes = callBytes(CollKind::kReduceScatter, bytes);
-  if (!runsInSlices(algo, kind)) return 1;
-  if (view_.pipelineChunks > 0) return view_.pipelineChunks;
-  return std::max<int>(1, allReduceSlices_[static_cast<int>(algo)][bucketOf(bytes)]);
+  return slicesAt(kind, bucketOf(bytes), algo);
 }
 
 // All-to-all-v's sizes differ between ranks, so a rank cannot plan by size without asking the
@@ -238,9 +243,7 @@ std::vector<PlanRange> Planner::ranges(CollKind kind) const {
   const int k = static_cast<int>(kind);
   for (int bucket = 0; bucket < kBuckets; ++bucket) {
     const Algorithm algo = table_[k][bucket];
-    const int slices = kind == CollKind::kAllReduce && runsInSlices(algo, kind)
-                           ? std::max<int>(1, allReduceSlices_[static_cast<int>(algo)][bucket])
-                           : 1;
+    const int slices = slicesAt(kind, bucket, algo);
     const size_t from = bucket == 0 ? 0 : bucketBytes(bucket - 1) + 1;
     const size_t to = bucket == kBuckets - 1 ? kPlanMaxBytes : bucketBytes(bucket);
     if (!result.empty() && result.back().algo == algo && result.back().slices == slices)

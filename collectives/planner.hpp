@@ -87,6 +87,8 @@ class Planner {
   Algorithm leastRegret(CollKind kind) const;
   // algo's modeled time for kind at callBytes, with its best slice count (see slicesFor).
   Candidate modeled(Algorithm algo, CollKind kind, size_t callBytes) const;
+  // The planned slice count of algo for kind in a size bucket (slicesFor without the size).
+  int slicesAt(CollKind kind, int bucket, Algorithm algo) const;
 
   CommView view_;
   AlgoOverrides overrides_;
