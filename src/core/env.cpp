@@ -204,8 +204,9 @@ const Var kTestQuick{"TRNCCL_TEST_QUICK", Kind::kBool, "0",
                      "configurations with 3 ranks only), for the sanitizer passes."};
 
 const Var kTestWide{"TRNCCL_TEST_WIDE", Kind::kBool, "0",
-                    "Test suite only: four data types and three ops instead of all, for the "
-                    "16- and 32-rank topology configurations."};
+                    "Test suite only: five data types (one per element size, both half "
+                    "floats) and three ops instead of all, for the 8-rank, single-provider "
+                    "efa and 16- and 32-rank topology configurations."};
 const Var kFaultMatrixOut{"TRNCCL_FAULT_MATRIX_OUT", Kind::kString, "",
                           "Test suite only: tests/fault_matrix_test appends what every survivor "
                           "got (JSON lines) to this file; scripts/fault_matrix.sh sets it."};

@@ -13,14 +13,18 @@
 
 namespace trnccl::testing {
 
-// TRNCCL_TEST_WIDE=1 (set by the 16- and 32-rank topology configurations for their rank
-// processes): four types and three ops instead of every one, to keep those jobs short.
+// TRNCCL_TEST_WIDE=1 (set by the wide configurations: 8 ranks, the single-provider efa ones
+// and the 16- and 32-rank topology ones, for their rank processes): one type per element size
+// and both half floats, and three ops, instead of every one. How a message is cut depends on
+// the element size and the half floats have their own kernels; every type x op kernel runs in
+// the full sweep of the configurations with fewer ranks over the same schedules.
 inline bool wideMode() {
   const char* wide = std::getenv("TRNCCL_TEST_WIDE");
   return wide && *wide == '1';
 }
 inline std::vector<trncclDataType_t> reducibleTypes() {
-  if (wideMode()) return {trncclInt32, trncclFloat16, trncclFloat32, trncclBfloat16};
+  if (wideMode())
+    return {trncclInt8, trncclFloat16, trncclBfloat16, trncclFloat32, trncclInt64};
   return {trncclInt8,   trncclUint8,   trncclInt32,   trncclUint32,  trncclInt64,
           trncclUint64, trncclFloat16, trncclFloat32, trncclFloat64, trncclBfloat16};
 }
@@ -58,12 +62,13 @@ inline std::vector<size_t> sweepCounts(trncclDataType_t type) {
   return counts;
 }
 // The reductions' counts for one type and op. The large count costs every rank a reference
-// over every rank's input, so it runs for every type with sum and for every op on fp32: how a
-// large message is cut depends on the element size, and every kernel (type x op) runs at
-// every smaller count, 1023 covering its vector loop and its tail.
+// over every rank's input, so it runs with sum for one type of each element size and for every
+// op on fp32: how a large message is cut depends on the element size, and every kernel (type x
+// op) runs at every smaller count, 1023 covering its vector loop and its tail.
 inline std::vector<size_t> sweepCounts(trncclDataType_t type, trncclRedOp_t op) {
   std::vector<size_t> counts = sweepCounts();
-  if (op != trncclSum && type != trncclFloat32 && counts.back() > 1023) counts.pop_back();
+  const bool large = type == trncclFloat32 || (op == trncclSum && representsItsSize(type));
+  if (!large && counts.back() > 1023) counts.pop_back();
   return counts;
 }
 
