@@ -23,8 +23,7 @@ inline bool wideMode() {
   return wide && *wide == '1';
 }
 inline std::vector<trncclDataType_t> reducibleTypes() {
-  if (wideMode())
-    return {trncclInt8, trncclFloat16, trncclBfloat16, trncclFloat32, trncclInt64};
+  if (wideMode()) return {trncclInt8, trncclFloat16, trncclBfloat16, trncclFloat32, trncclInt64};
   return {trncclInt8,   trncclUint8,   trncclInt32,   trncclUint32,  trncclInt64,
           trncclUint64, trncclFloat16, trncclFloat32, trncclFloat64, trncclBfloat16};
 }
