@@ -43,7 +43,7 @@ bool finished(const FlightDump::Call& c) {
 }
 
 // The call a rank stands in: its first call not done (nullptr: all done).
-const FlightDump::Call* current(const FlightDump& d) {
+const FlightDump::Call* currentCall(const FlightDump& d) {
   for (const auto& c : d.calls)
     if (!finished(c)) return &c;
   return nullptr;
@@ -56,7 +56,7 @@ uint64_t lastSeq(const FlightDump& d) {
 // Where a rank stands, without anything that differs only by rank (so that ranks in the same
 // state share one line, whatever the job's size).
 std::string standing(const FlightDump& d) {
-  const FlightDump::Call* c = current(d);
+  const FlightDump::Call* c = currentCall(d);
   if (!c) {
     if (d.calls.empty()) return "no calls recorded";
     const auto& last = d.calls.back();
@@ -119,7 +119,7 @@ std::string inspectOne(const std::vector<const FlightDump*>& dumps) {
   // 3. Behind: ranks whose last call is older than the call others stand in.
   uint64_t stuckAt = 0;
   for (const auto& [r, d] : byRank)
-    if (const FlightDump::Call* c = current(*d)) stuckAt = std::max(stuckAt, c->seq);
+    if (const FlightDump::Call* c = currentCall(*d)) stuckAt = std::max(stuckAt, c->seq);
   std::vector<int> behind;
   for (const auto& [r, d] : byRank)
     if (stuckAt > 0 && lastSeq(*d) < stuckAt) behind.push_back(r);
@@ -138,7 +138,7 @@ std::string inspectOne(const std::vector<const FlightDump*>& dumps) {
   // 4. Whom the others wait for.
   std::map<int, std::vector<int>> waitersOf;
   for (const auto& [r, d] : byRank)
-    if (const FlightDump::Call* c = current(*d); c && c->waitingFor >= 0 && c->waitingFor != r)
+    if (const FlightDump::Call* c = currentCall(*d); c && c->waitingFor >= 0 && c->waitingFor != r)
       waitersOf[c->waitingFor].push_back(r);
   if (!waitersOf.empty()) {
     auto most = std::max_element(

@@ -13,10 +13,6 @@ namespace trnccl::torch_ext {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& sentence) {
-  throw std::invalid_argument("trnccl: " + sentence);
-}
-
 // The buffer a call works in for `tensor`, and how its result reaches `tensor` afterwards.
 struct InPlace {
   at::Tensor buffer;
@@ -37,8 +33,8 @@ void checkOne(const char* call, const std::vector<at::Tensor>& tensors) {
 
 void checkRoot(const char* call, int64_t root, int size) {
   if (root < 0 || root >= size)
-    fail(std::string(call) + ": root rank " + std::to_string(root) + " is outside the group of " +
-         std::to_string(size));
+    failArgument(std::string(call) + ": root rank " + std::to_string(root) +
+                 " is outside the group of " + std::to_string(size));
 }
 
 // Flattens tensors of one dtype into one new contiguous 1-D tensor.
@@ -109,24 +105,24 @@ std::vector<size_t> splitCounts(const char* side, const at::Tensor& t,
   std::vector<size_t> counts(size);
   if (splits.empty()) {
     if (t.numel() % size != 0)
-      fail(std::string("all_to_all: the ") + side + " tensor's " + std::to_string(t.numel()) +
-           " elements do not split equally over " + std::to_string(size) +
-           " ranks; pass split sizes");
+      failArgument(std::string("all_to_all: the ") + side + " tensor's " +
+                   std::to_string(t.numel()) + " elements do not split equally over " +
+                   std::to_string(size) + " ranks; pass split sizes");
     for (auto& c : counts) c = t.numel() / size * perItem;
     return counts;
   }
   if (static_cast<int>(splits.size()) != size)
-    fail(std::string("all_to_all: ") + std::to_string(splits.size()) + " " + side +
-         " split sizes for a group of " + std::to_string(size));
+    failArgument(std::string("all_to_all: ") + std::to_string(splits.size()) + " " + side +
+                 " split sizes for a group of " + std::to_string(size));
   const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
   int64_t total = 0;
   for (int64_t s : splits) {
-    if (s < 0) fail(std::string("all_to_all: a negative ") + side + " split size");
+    if (s < 0) failArgument(std::string("all_to_all: a negative ") + side + " split size");
     total += s;
   }
   if (total != rows)
-    fail(std::string("all_to_all: the ") + side + " split sizes add up to " +
-         std::to_string(total) + " rows but the tensor has " + std::to_string(rows));
+    failArgument(std::string("all_to_all: the ") + side + " split sizes add up to " +
+                 std::to_string(total) + " rows but the tensor has " + std::to_string(rows));
   const size_t rowElements = rows == 0 ? 0 : t.numel() / rows;
   for (int i = 0; i < size; ++i) counts[i] = splits[i] * rowElements * perItem;
   return counts;
@@ -138,7 +134,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::broadcast(std::vector<at::Ten
                                                              const c10d::BroadcastOptions& opts) {
   checkOne("broadcast", tensors);
   checkRoot("broadcast", opts.rootRank, getSize());
-  if (opts.rootTensor != 0) fail("broadcast: rootTensor must be 0 (one tensor per process)");
+  if (opts.rootTensor != 0)
+    failArgument("broadcast: rootTensor must be 0 (one tensor per process)");
   if (tensors[0].numel() == 0) return finished(c10d::OpType::BROADCAST, "broadcast", tensors);
   InPlace target = inPlace(tensors[0]);
   const MovedType moved = movedType(target.buffer);
@@ -175,12 +172,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::allreduce(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  if (tensors.empty()) fail("all_reduce_coalesced: no tensors");
+  if (tensors.empty()) failArgument("all_reduce_coalesced: no tensors");
   for (size_t i = 0; i < tensors.size(); ++i) {
     checkCpuDense("all_reduce_coalesced", "tensor", tensors[i]);
     if (tensors[i].scalar_type() != tensors[0].scalar_type())
-      fail("all_reduce_coalesced: tensor " + std::to_string(i) + " is " + dtypeName(tensors[i]) +
-           " but tensor 0 is " + dtypeName(tensors[0]) + " (one dtype per call)");
+      failArgument("all_reduce_coalesced: tensor " + std::to_string(i) + " is " +
+                   dtypeName(tensors[i]) + " but tensor 0 is " + dtypeName(tensors[0]) +
+                   " (one dtype per call)");
   }
   const Reduction red = reduction("all_reduce_coalesced", tensors[0], opts.reduceOp);
   at::Tensor flat = flatten(tensors);
@@ -248,11 +246,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::_allgather_base(
   checkCpuDense("_allgather_base", "input", input);
   checkCpuDense("_allgather_base", "output", output);
   if (output.scalar_type() != input.scalar_type())
-    fail("_allgather_base: output is " + dtypeName(output) + " but input is " + dtypeName(input));
+    failArgument("_allgather_base: output is " + dtypeName(output) + " but input is " +
+                 dtypeName(input));
   if (output.numel() != input.numel() * getSize())
-    fail("_allgather_base: output has " + std::to_string(output.numel()) +
-         " elements, expected world size (" + std::to_string(getSize()) + ") x input (" +
-         std::to_string(input.numel()) + ")");
+    failArgument("_allgather_base: output has " + std::to_string(output.numel()) +
+                 " elements, expected world size (" + std::to_string(getSize()) + ") x input (" +
+                 std::to_string(input.numel()) + ")");
   if (input.numel() == 0)
     return finished(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output});
   at::Tensor source = contiguousOf(input);
@@ -269,13 +268,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::_allgather_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& /*opts*/) {
-  if (inputs.empty()) fail("all_gather_coalesced: no input tensors");
+  if (inputs.empty()) failArgument("all_gather_coalesced: no input tensors");
   checkCount("all_gather_coalesced", "output lists (one per rank)", outputs.size(), getSize());
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkCpuDense("all_gather_coalesced", "input", inputs[i]);
     if (inputs[i].scalar_type() != inputs[0].scalar_type())
-      fail("all_gather_coalesced: input " + std::to_string(i) + " is " + dtypeName(inputs[i]) +
-           " but input 0 is " + dtypeName(inputs[0]) + " (one dtype per call)");
+      failArgument("all_gather_coalesced: input " + std::to_string(i) + " is " +
+                   dtypeName(inputs[i]) + " but input 0 is " + dtypeName(inputs[0]) +
+                   " (one dtype per call)");
   }
   std::vector<at::Tensor> targets;
   for (auto& list : outputs) {
@@ -315,8 +315,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::gather(
     checkCount("gather", "output tensors on the root (one per rank)", targets.size(), getSize());
     checkSameShape("gather", "output", targets, inputs[0]);
   } else if (!outputs.empty() && !outputs[0].empty()) {
-    fail("gather: output tensors are given on rank " + std::to_string(getRank()) +
-         ", which is not the root (" + std::to_string(root) + ")");
+    failArgument("gather: output tensors are given on rank " + std::to_string(getRank()) +
+                 ", which is not the root (" + std::to_string(root) + ")");
   }
   at::Tensor source = contiguousOf(inputs[0]);
   const MovedType moved = movedType(source);
@@ -345,8 +345,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::scatter(
     checkSameShape("scatter", "input", inputs[0], outputs[0]);
     source = flatten(inputs[0]);
   } else if (!inputs.empty() && !inputs[0].empty()) {
-    fail("scatter: input tensors are given on rank " + std::to_string(getRank()) +
-         ", which is not the root (" + std::to_string(root) + ")");
+    failArgument("scatter: input tensors are given on rank " + std::to_string(getRank()) +
+                 ", which is not the root (" + std::to_string(root) + ")");
   }
   InPlace target = inPlace(outputs[0]);
   const MovedType moved = movedType(target.buffer);
@@ -390,12 +390,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::_reduce_scatter_base(
   checkCpuDense("_reduce_scatter_base", "input", input);
   checkCpuDense("_reduce_scatter_base", "output", output);
   if (output.scalar_type() != input.scalar_type())
-    fail("_reduce_scatter_base: output is " + dtypeName(output) + " but input is " +
-         dtypeName(input));
+    failArgument("_reduce_scatter_base: output is " + dtypeName(output) + " but input is " +
+                 dtypeName(input));
   if (input.numel() != output.numel() * getSize())
-    fail("_reduce_scatter_base: input has " + std::to_string(input.numel()) +
-         " elements, expected world size (" + std::to_string(getSize()) + ") x output (" +
-         std::to_string(output.numel()) + ")");
+    failArgument("_reduce_scatter_base: input has " + std::to_string(input.numel()) +
+                 " elements, expected world size (" + std::to_string(getSize()) + ") x output (" +
+                 std::to_string(output.numel()) + ")");
   const Reduction red = reduction("_reduce_scatter_base", output, opts.reduceOp);
   if (output.numel() == 0)
     return finished(c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output});
@@ -420,7 +420,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::alltoall_base(
   checkCpuDense("all_to_all", "input", input);
   checkCpuDense("all_to_all", "output", output);
   if (output.scalar_type() != input.scalar_type())
-    fail("all_to_all: output is " + dtypeName(output) + " but input is " + dtypeName(input));
+    failArgument("all_to_all: output is " + dtypeName(output) + " but input is " +
+                 dtypeName(input));
   const MovedType moved = movedType(input);
   const auto sendCounts =
       splitCounts("input", input, inputSplitSizes, getSize(), moved.elementsPerItem);
@@ -447,7 +448,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupTrnccl::alltoall(std::vector<at::Tens
     checkCpuDense("all_to_all", "output", outputs[i]);
     if (inputs[i].scalar_type() != inputs[0].scalar_type() ||
         outputs[i].scalar_type() != inputs[0].scalar_type())
-      fail("all_to_all: every input and output must be " + dtypeName(inputs[0]));
+      failArgument("all_to_all: every input and output must be " + dtypeName(inputs[0]));
   }
   const MovedType moved = movedType(inputs[0]);
   std::vector<size_t> sendCounts, recvCounts;

@@ -6,11 +6,11 @@
 
 namespace trnccl::torch_ext {
 
-namespace {
-
-[[noreturn]] void fail(const std::string& sentence) {
+void failArgument(const std::string& sentence) {
   throw std::invalid_argument("trnccl: " + sentence);
 }
+
+namespace {
 
 bool hasNativeType(at::ScalarType type, trncclDataType_t* out) {
   switch (type) {
@@ -89,44 +89,45 @@ Reduction reduction(const char* call, const at::Tensor& tensor, const c10d::Redu
     case c10d::ReduceOp::MIN: trncclOp = trncclMin; break;
     case c10d::ReduceOp::MAX: trncclOp = trncclMax; break;
     default:
-      fail(std::string(call) + ": ReduceOp." + opName(op) +
-           " is not supported (trnccl reduces with SUM, PRODUCT, MIN, MAX and AVG)");
+      failArgument(std::string(call) + ": ReduceOp." + opName(op) +
+                   " is not supported (trnccl reduces with SUM, PRODUCT, MIN, MAX and AVG)");
   }
   const at::ScalarType scalar = tensor.scalar_type();
   if (scalar == at::kBool) {
-    if (op == c10d::ReduceOp::AVG) fail(std::string(call) + ": ReduceOp.AVG of torch.bool");
+    if (op == c10d::ReduceOp::AVG) failArgument(std::string(call) + ": ReduceOp.AVG of torch.bool");
     const bool isOr = op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::MAX;
     return {trncclUint8, isOr ? trncclMax : trncclMin, 1};
   }
   if (scalar == at::kComplexFloat || scalar == at::kComplexDouble) {
     if (op != c10d::ReduceOp::SUM && op != c10d::ReduceOp::AVG)
-      fail(std::string(call) + ": ReduceOp." + opName(op) + " of " + dtypeName(tensor) +
-           " (complex tensors reduce with SUM and AVG only)");
+      failArgument(std::string(call) + ": ReduceOp." + opName(op) + " of " + dtypeName(tensor) +
+                   " (complex tensors reduce with SUM and AVG only)");
     return {scalar == at::kComplexFloat ? trncclFloat32 : trncclFloat64, trncclOp, 2};
   }
   trncclDataType_t type;
   if (!hasNativeType(scalar, &type))
-    fail(std::string(call) + ": " + dtypeName(tensor) +
-         " cannot be reduced by trnccl (reductions take float32, float64, float16, bfloat16, "
-         "int8, uint8, int32, int64, bool and complex); data movement takes every dtype");
+    failArgument(
+        std::string(call) + ": " + dtypeName(tensor) +
+        " cannot be reduced by trnccl (reductions take float32, float64, float16, bfloat16, "
+        "int8, uint8, int32, int64, bool and complex); data movement takes every dtype");
   return {type, trncclOp, 1};
 }
 
 void checkCpuDense(const char* call, const char* role, const at::Tensor& tensor) {
-  if (!tensor.defined()) fail(std::string(call) + ": " + role + " is an undefined tensor");
+  if (!tensor.defined()) failArgument(std::string(call) + ": " + role + " is an undefined tensor");
   if (!tensor.device().is_cpu())
-    fail(std::string(call) + ": " + role + " is on " + tensor.device().str() +
-         "; the trnccl process group moves CPU tensors (copy it with .cpu())");
+    failArgument(std::string(call) + ": " + role + " is on " + tensor.device().str() +
+                 "; the trnccl process group moves CPU tensors (copy it with .cpu())");
   if (tensor.layout() != c10::kStrided)
-    fail(std::string(call) + ": " + role +
-         " is a sparse or non-strided tensor; trnccl takes "
-         "dense tensors (call .to_dense())");
+    failArgument(std::string(call) + ": " + role +
+                 " is a sparse or non-strided tensor; trnccl takes "
+                 "dense tensors (call .to_dense())");
 }
 
 void checkCount(const char* call, const char* role, size_t actual, size_t expected) {
   if (actual != expected)
-    fail(std::string(call) + ": expected " + std::to_string(expected) + " " + role + ", got " +
-         std::to_string(actual));
+    failArgument(std::string(call) + ": expected " + std::to_string(expected) + " " + role +
+                 ", got " + std::to_string(actual));
 }
 
 void checkSameShape(const char* call, const char* role, const std::vector<at::Tensor>& tensors,
@@ -135,11 +136,11 @@ void checkSameShape(const char* call, const char* role, const std::vector<at::Te
     const std::string name = std::string(role) + "[" + std::to_string(i) + "]";
     checkCpuDense(call, name.c_str(), tensors[i]);
     if (tensors[i].scalar_type() != like.scalar_type())
-      fail(std::string(call) + ": " + name + " is " + dtypeName(tensors[i]) + " but the input is " +
-           dtypeName(like));
+      failArgument(std::string(call) + ": " + name + " is " + dtypeName(tensors[i]) +
+                   " but the input is " + dtypeName(like));
     if (tensors[i].numel() != like.numel())
-      fail(std::string(call) + ": " + name + " has " + std::to_string(tensors[i].numel()) +
-           " elements but the input has " + std::to_string(like.numel()));
+      failArgument(std::string(call) + ": " + name + " has " + std::to_string(tensors[i].numel()) +
+                   " elements but the input has " + std::to_string(like.numel()));
   }
 }
 

@@ -11,6 +11,9 @@
 
 namespace trnccl::torch_ext {
 
+// Throws std::invalid_argument("trnccl: <sentence>"): pybind11 raises it as ValueError.
+[[noreturn]] void failArgument(const std::string& sentence);
+
 // A tensor's element type as trnccl sees it for data movement: types trnccl has map to
 // themselves, bool to uint8 and every other type to bytes (count scaled by the element size).
 struct MovedType {
