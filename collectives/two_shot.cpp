@@ -37,10 +37,9 @@ struct TwoShot {
   // in place, the copy-out that overwrites it comes after this reduction. An all-reduce
   // reduces into its own output and then copies the part into its window for the peers:
   // reducing straight into the window, whose lines the peers read the last time the slot was
-  // used, took 1.4-2.1x as long per call at 2 ranks, 256 KiB-64 MiB (docs/PERFORMANCE.md,
-  // "Two-shot all-reduce reduces into its output"). Our reading, not verified: the copy's
-  // whole-line string stores take the lines from the peer's cache more cheaply than the
-  // reduction's vector stores do.
+  // used, took 1.1-2.3x as long per call at 2 ranks, 64 KiB-256 MiB (docs/PERFORMANCE.md,
+  // "Two-shot all-reduce reduces into its output"); why the reduction's stores into lines the
+  // peers read the last time the slot was used cost so much more than a copy's is not known.
   void reduce(ScheduleBuilder& b, int slot, size_t k) const {
     size_t len = roundLen(k);
     size_t begin = segBegin(len, c.rank) * esize;
