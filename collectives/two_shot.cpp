@@ -45,17 +45,13 @@ struct TwoShot {
     size_t begin = segBegin(len, c.rank) * esize;
     const void* mine = byteAt(a.sendbuff, k * perRound * esize + begin);
     const size_t n = segEnd(len, c.rank) - segBegin(len, c.rank);
-    if (copyOutRank < 0) {
-      char* out = byteAt(a.recvbuff, k * perRound * esize + begin);
-      b.reduce(
-          out, c.nranks, [&](int q) { return q == c.rank ? mine : c.window(q, slot) + begin; }, n,
-          avg());
-      b.copy(c.window(c.rank, slot) + begin, out, n * esize);
-      return;
-    }
+    const bool allReduce = copyOutRank < 0;
+    char* out = allReduce ? byteAt(a.recvbuff, k * perRound * esize + begin)
+                          : c.window(c.rank, slot) + begin;
     b.reduce(
-        c.window(c.rank, slot) + begin, c.nranks,
-        [&](int q) { return q == c.rank ? mine : c.window(q, slot) + begin; }, n, avg());
+        out, c.nranks, [&](int q) { return q == c.rank ? mine : c.window(q, slot) + begin; }, n,
+        avg());
+    if (allReduce) b.copy(c.window(c.rank, slot) + begin, out, n * esize);
   }
   // The parts out of the windows; an all-reduce's own part is in its output already.
   void copyOut(ScheduleBuilder& b, int slot, size_t k) const {
