@@ -13,9 +13,11 @@
 // (learnLowLatencyRows) before copying rows, in the same single exchange.
 //
 // Staging layout (64-byte aligned parts): header words [rowsOffset, weightsOffset,
-// begin[0..n]], then rows, then (dispatch) weights, then (low latency) ids. Dispatch: begin = the
-// packed rows for each destination (Routing::sendBegin); combine: the rows for each origin in flat
-// order (Routing::recvBegin).
+// begin[0..n]], then rows, then (dispatch) weights, then (low latency) ids, then (dispatch) the
+// staged tokens. Dispatch: begin = the packed rows for each destination (Routing::sendBegin),
+// each row a token index into the staged tokens (or the caller's trncclMemAlloc tokens), so a
+// token several peers need is staged once; combine: the rows for each origin in flat order
+// (Routing::recvBegin).
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -30,15 +32,16 @@ namespace {
 
 // The start of every rank's staging; begin[n + 1] follows it.
 struct StagingHeader {
-  uint64_t rowsOffset = 0;         // rows: dispatch's packed rows, combine's in flat order
-  uint64_t weightsOffset = 0;      // dispatch: each packed row's weights
-  uint64_t slotsOffset = 0;        // combine from the outputs, expert-major: rows x K slots
-  uint64_t slotWeightsOffset = 0;  // ... and each slot's weight (0: unweighted)
-  uint64_t fromOutputs = 0;        // combine: 1 = read the caller's expertTokens (outputs)
-  shm::SharedRegion outputs;       // where they are, in memory peers map
-  uint64_t rowTokensOffset = 0;    // dispatch from the caller's tokens: each packed row's token
-  shm::SharedRegion tokens;        // where the tokens are, in memory peers map
-  uint64_t idsOffset = 0;          // low-latency dispatch: each packed row's K local expert ids
+  uint64_t rowsOffset = 0;          // rows: dispatch's packed rows, combine's in flat order
+  uint64_t weightsOffset = 0;       // dispatch: each packed row's weights
+  uint64_t slotsOffset = 0;         // combine from the outputs, expert-major: rows x K slots
+  uint64_t slotWeightsOffset = 0;   // ... and each slot's weight (0: unweighted)
+  uint64_t fromOutputs = 0;         // combine: 1 = read the caller's expertTokens (outputs)
+  shm::SharedRegion outputs;        // where they are, in memory peers map
+  uint64_t rowTokensOffset = 0;     // dispatch from the caller's tokens: each packed row's token
+  shm::SharedRegion tokens;         // where the tokens are, in memory peers map
+  uint64_t idsOffset = 0;           // low-latency dispatch: each packed row's K local expert ids
+  uint64_t stagedTokensOffset = 0;  // dispatch: the tokens peers need, each once, in staging
 };
 
 size_t headerBytes(int n) {
@@ -133,13 +136,21 @@ struct PeerTokens {
 
 Result<PeerTokens> peerTokens(const ScheduleBuilder& b, const EpGroup& g, const PeerStaging& s,
                               int q, size_t rows, size_t rowBytes, const char* call) {
-  auto tokens = peerAllocation(b, g, q, s.header.tokens, "tokens", call);
-  TRNCCL_RETURN_IF_ERROR(tokens.status());
   if (!s.holds(s.header.rowTokensOffset, sizeof(uint64_t))) return pastItsStaging(g, q, call);
   PeerTokens out;
-  out.base = tokens.value().mapped;
+  uint64_t held = 0;
+  if (s.header.tokens.id != 0) {  // the peer's own trncclMemAlloc tokens
+    auto tokens = peerAllocation(b, g, q, s.header.tokens, "tokens", call);
+    TRNCCL_RETURN_IF_ERROR(tokens.status());
+    out.base = tokens.value().mapped;
+    held = tokens.value().bytes / rowBytes;
+  } else {  // the tokens it staged
+    const uint64_t offset = s.header.stagedTokensOffset;
+    if (offset == 0 || offset > s.bytes) return pastItsStaging(g, q, call);
+    out.base = s.base + offset;
+    held = (s.bytes - offset) / rowBytes;
+  }
   out.rowToken = reinterpret_cast<const uint64_t*>(s.base + s.header.rowTokensOffset) + s.first;
-  const uint64_t held = tokens.value().bytes / rowBytes;
   for (size_t i = 0; i < rows; ++i)
     if (out.rowToken[i] >= held) return pastItsStaging(g, q, call);
   return out;
@@ -240,16 +251,19 @@ Status readDispatch(const ScheduleBuilder& b, Routing& rt, const DispatchArgs& a
               reinterpret_cast<const float*>(s.base + s.header.weightsOffset) + (s.first * K),
               rows * K * sizeof(float));
     b.countPeerRead(q, rows * (rowBytes + (K * sizeof(float))));
-    if (s.header.tokens.id != 0) {  // the peer's tokens, read where they are
+    if (s.header.rowTokensOffset != 0) {  // rows by token index (staged or the caller's)
       auto tokens = peerTokens(b, g, s, q, rows, rowBytes, call);
       TRNCCL_RETURN_IF_ERROR(tokens.status());
       const PeerTokens& t = tokens.value();
-      for (size_t i = 0; i < rows; ++i) {
-        const char* row = t.base + (t.rowToken[i] * rowBytes);
-        if (flat)
-          copyBytes(byteAt(a.outTokens, (rt.recvBegin[q] + i) * rowBytes), row, rowBytes);
-        else
-          rowOf[rt.recvBegin[q] + i] = row;
+      if (!flat) {
+        for (size_t i = 0; i < rows; ++i)
+          rowOf[rt.recvBegin[q] + i] = t.base + (t.rowToken[i] * rowBytes);
+        continue;
+      }
+      for (size_t i = 0, j = 0; i < rows; i = j) {  // adjacent tokens in one copy
+        for (j = i + 1; j < rows && t.rowToken[j] == t.rowToken[j - 1] + 1;) ++j;
+        copyBytes(byteAt(a.outTokens, (rt.recvBegin[q] + i) * rowBytes),
+                  t.base + (t.rowToken[i] * rowBytes), (j - i) * rowBytes);
       }
       continue;
     }
@@ -415,6 +429,34 @@ void exchangeStaging(ScheduleBuilder& b, CollKind kind, const EpGroup& g, int wh
   if (hold) b.waitAll(peersRead);
 }
 
+// Tokens peers need, each once (stagedToken[t] = its place, or kNotStaged), in token order.
+constexpr uint64_t kNotStaged = UINT64_MAX;
+
+size_t placeStagedTokens(const Routing& rt, std::vector<uint64_t>* stagedToken) {
+  const int n = rt.group->nranks(), me = rt.group->rank();
+  stagedToken->assign(rt.numTokens, kNotStaged);
+  for (int q = 0; q < n; ++q)
+    if (q != me)
+      for (size_t p = rt.sendBegin[q]; p < rt.sendBegin[q + 1]; ++p)
+        (*stagedToken)[rt.rowToken[p]] = 0;
+  size_t staged = 0;
+  for (uint64_t& place : *stagedToken)
+    if (place != kNotStaged) place = staged++;
+  return staged;
+}
+
+void stageTokens(const Routing& rt, const DispatchArgs& a, size_t rowBytes,
+                 const std::vector<uint64_t>& stagedToken, char* to) {
+  for (size_t t = 0, u = 0; t < rt.numTokens; t = u) {  // runs of staged tokens in one copy
+    if (stagedToken[t] == kNotStaged) {
+      u = t + 1;
+      continue;
+    }
+    for (u = t + 1; u < rt.numTokens && stagedToken[u] != kNotStaged;) ++u;
+    copyBytes(to + (stagedToken[t] * rowBytes), byteAt(a.tokens, t * rowBytes), (u - t) * rowBytes);
+  }
+}
+
 Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& routing,
                           const DispatchArgs& a) {
   const Routing& rt = *routing;
@@ -422,22 +464,27 @@ Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& ro
   Staging& st = *g.staging;
   const int n = g.nranks();
   const size_t rowBytes = a.rowBytes, rows = rt.sendBegin[n];
-  // Tokens in memory peers map (trncclMemAlloc) are read where they are: nothing is staged
-  // but each row's token index and weights. (A scaled dispatch's rows carry their scale, so
-  // they are always staged.)
+  // Peers read rows by token index: out of the caller's tokens where they are when those are
+  // memory peers map (trncclMemAlloc; nothing is staged but each row's token index and
+  // weights), else out of the tokens staged here, each once however many peers need it. (A
+  // scaled dispatch's rows carry their scale, so they are staged per destination.)
   shm::SharedRegion tokens;
   const bool fromTokens = !a.scaled && rt.numTokens > 0 &&
                           shm::findSharedRegion(a.tokens, &tokens) &&
                           tokens.offset + (rt.numTokens * rowBytes) <= tokens.bytes;
+  const bool byIndex = !a.scaled;
+  const size_t staged = byIndex && !fromTokens ? placeStagedTokens(rt, &st.stagedToken) : 0;
   const size_t rowsOffset = headerBytes(n);
   const size_t weightsOffset =
-      shm::alignUp(rowsOffset + (rows * (fromTokens ? sizeof(uint64_t) : rowBytes)), 64);
+      shm::alignUp(rowsOffset + (rows * (byIndex ? sizeof(uint64_t) : rowBytes)), 64);
   // Low latency: each row's local expert ids too (what the routing would have exchanged).
   size_t end = weightsOffset + (rows * rt.topk * sizeof(float)), idsOffset = 0;
   if (rt.lowLatency) {
     idsOffset = shm::alignUp(end, 64);
     end = idsOffset + (rows * rt.topk * sizeof(int32_t));
   }
+  const size_t tokensOffset = shm::alignUp(end, 64);
+  end = tokensOffset + (staged * rowBytes);
   const int which = st.takeShared();
   TRNCCL_RETURN_IF_ERROR(st.shared[which].reserve(end));
   char* staging = st.shared[which].data();
@@ -446,15 +493,25 @@ Status planDispatchDirect(ScheduleBuilder& b, const std::shared_ptr<Routing>& ro
   header->idsOffset = idsOffset;
   if (rt.lowLatency)
     copyBytes(staging + idsOffset, rt.sendIds.data(), rows * rt.topk * sizeof(int32_t));
-  if (fromTokens) {
-    header->tokens = tokens;
+  if (byIndex) {
     header->rowTokensOffset = rowsOffset;
     auto* rowToken = reinterpret_cast<uint64_t*>(staging + rowsOffset);
-    std::copy(rt.rowToken.begin(), rt.rowToken.begin() + rows, rowToken);
+    if (fromTokens) {
+      header->tokens = tokens;
+      std::copy(rt.rowToken.begin(), rt.rowToken.begin() + rows, rowToken);
+    } else {
+      header->stagedTokensOffset = tokensOffset;
+      // This rank's own rows are never read from staging: their entries say token 0.
+      for (size_t p = 0; p < rows; ++p) {
+        const uint64_t place = st.stagedToken[rt.rowToken[p]];
+        rowToken[p] = place == kNotStaged ? 0 : place;
+      }
+      stageTokens(rt, a, rowBytes, st.stagedToken, staging + tokensOffset);
+    }
   } else {
     header->rowsOffset = rowsOffset;
   }
-  packRows(rt, a, rowBytes, fromTokens ? nullptr : staging + rowsOffset,
+  packRows(rt, a, rowBytes, byIndex ? nullptr : staging + rowsOffset,
            reinterpret_cast<float*>(staging + weightsOffset));
   // This rank's own rows land now (flat), unless low latency: where they go is known once the
   // peers' counts are read.

@@ -53,6 +53,7 @@ struct Staging {
   UninitializedVector<char> recvRows;  // dispatch (expert-major): rows before the scatter to
                                        // slots; combine: the rows coming back, in packed order
   std::vector<float> recvWeights;
+  std::vector<uint64_t> stagedToken;  // direct dispatch: each token's place in staging
   std::vector<float> accumulator;     // one token's fp32 sum
   std::vector<char> metaOut, metaIn;  // low latency: per peer, count + ids + weights
   UninitializedVector<char> hop1Out, hop1In, hop2Out, hop2In;  // hierarchical: each hop's
