@@ -38,8 +38,8 @@ struct StagingHeader {
   uint64_t slotWeightsOffset = 0;   // ... and each slot's weight (0: unweighted)
   uint64_t fromOutputs = 0;         // combine: 1 = read the caller's expertTokens (outputs)
   shm::SharedRegion outputs;        // where they are, in memory peers map
-  uint64_t rowTokensOffset = 0;     // dispatch from the caller's tokens: each packed row's token
-  shm::SharedRegion tokens;         // where the tokens are, in memory peers map
+  uint64_t rowTokensOffset = 0;     // dispatch: each packed row's token (staged or in tokens)
+  shm::SharedRegion tokens;         // the caller's tokens, in memory peers map (trncclMemAlloc)
   uint64_t idsOffset = 0;           // low-latency dispatch: each packed row's K local expert ids
   uint64_t stagedTokensOffset = 0;  // dispatch: the tokens peers need, each once, in staging
 };
