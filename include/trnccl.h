@@ -106,6 +106,13 @@ const char* trncclGetErrorString(trncclResult_t result);
 /* The last error on this communicator (or, for comm == NULL, on this thread): a sentence. */
 const char* trncclGetLastError(trncclComm_t comm);
 
+/* ---- environment ---- */
+/* A TRNCCL_* variable as trnccl reads it, from its one registry (`trnccl-info --env` prints
+ * it): *value is the environment's value when the variable is set (*isSet = 1, even if empty),
+ * else its documented default (*isSet = 0). The string stays valid until the environment
+ * changes. isSet may be NULL. A name the registry does not hold is trncclInvalidArgument. */
+trncclResult_t trncclGetEnv(const char* name, const char** value, int* isSet);
+
 /* ---- communicators ---- */
 /* Creates a rendezvous point in this process; pass the id to every rank out of band. */
 trncclResult_t trncclGetUniqueId(trncclUniqueId* uniqueId);

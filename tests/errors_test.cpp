@@ -154,6 +154,31 @@ TEST(BadArguments, InitArgumentsAndConfig) {
   EXPECT_TRUE(contains(trncclGetLastError(nullptr), "unique id"));
 }
 
+// trncclGetEnv reads the registry: the environment's string when set (even empty), else the
+// documented default; names it does not hold and NULL arguments are refused.
+TEST(BadArguments, GetEnvReadsTheRegistry) {
+  const char* value = nullptr;
+  int set = -1;
+  unsetenv("TRNCCL_SPIN_COUNT");
+  ASSERT_EQ(trncclGetEnv("TRNCCL_SPIN_COUNT", &value, &set), trncclSuccess);
+  EXPECT_STREQ(value, "2000");
+  EXPECT_EQ(set, 0);
+  setenv("TRNCCL_SPIN_COUNT", "17", 1);
+  ASSERT_EQ(trncclGetEnv("TRNCCL_SPIN_COUNT", &value, &set), trncclSuccess);
+  EXPECT_STREQ(value, "17");
+  EXPECT_EQ(set, 1);
+  setenv("TRNCCL_SPIN_COUNT", "", 1);
+  ASSERT_EQ(trncclGetEnv("TRNCCL_SPIN_COUNT", &value, nullptr), trncclSuccess);
+  EXPECT_STREQ(value, "");
+  unsetenv("TRNCCL_SPIN_COUNT");
+  EXPECT_EQ(trncclGetEnv("TRNCCL_NO_SUCH_KNOB", &value, &set), trncclInvalidArgument);
+  EXPECT_TRUE(
+      contains(trncclGetLastError(nullptr), "'TRNCCL_NO_SUCH_KNOB' is not a trnccl variable"));
+  EXPECT_EQ(trncclGetEnv(nullptr, &value, &set), trncclInvalidArgument);
+  EXPECT_EQ(trncclGetEnv("TRNCCL_TIMEOUT", nullptr, &set), trncclInvalidArgument);
+  EXPECT_TRUE(contains(trncclGetLastError(nullptr), "trncclGetEnv: name or value is NULL"));
+}
+
 TEST(Mismatch, SendRecvCountsDiffer) {
   auto outcomes = runRanks(2, [](int rank, int n, const trncclUniqueId& id) {
     trncclComm_t comm;

@@ -17,8 +17,11 @@ trncclConfig_t ProcessGroupTrnccl::configFor(std::chrono::milliseconds timeout,
                                              const std::string& name) {
   trncclConfig_t config = TRNCCL_CONFIG_INITIALIZER;
   // An explicit TRNCCL_TIMEOUT is the operator's knob; otherwise torch's timeout applies.
-  const char* env = std::getenv("TRNCCL_TIMEOUT");
-  config.timeoutMs = env && *env ? TRNCCL_TIMEOUT_DEFAULT : static_cast<int>(timeout.count());
+  const char* env = nullptr;
+  int set = 0;
+  const bool explicitTimeout =
+      trncclGetEnv("TRNCCL_TIMEOUT", &env, &set) == trncclSuccess && set && *env;
+  config.timeoutMs = explicitTimeout ? TRNCCL_TIMEOUT_DEFAULT : static_cast<int>(timeout.count());
   config.commName = name.c_str();  // copied by init
   return config;
 }

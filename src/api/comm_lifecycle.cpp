@@ -104,6 +104,22 @@ trncclResult_t trncclGetUniqueId(trncclUniqueId* uniqueId) {
   return report(nullptr, status.withContext("trncclGetUniqueId: "));
 }
 
+trncclResult_t trncclGetEnv(const char* name, const char** value, int* isSet) {
+  if (!name || !value)
+    return report(nullptr,
+                  makeError(Code::kInvalidArgument, "trncclGetEnv: name or value is NULL"));
+  const trnccl::env::Var* var = trnccl::env::find(name);
+  if (!var)
+    return report(nullptr, makeError(Code::kInvalidArgument,
+                                     "trncclGetEnv: '%s' is not a trnccl variable (trnccl-info "
+                                     "--env lists every one)",
+                                     name));
+  const char* set = trnccl::env::rawValue(*var);
+  *value = set ? set : var->defaultValue;
+  if (isSet) *isSet = set != nullptr;
+  return trncclSuccess;
+}
+
 trncclResult_t trncclGetLaunchInfo(int* rank, int* nranks, trncclUniqueId* uniqueId) {
   if (!rank || !nranks || !uniqueId)
     return report(nullptr, makeError(Code::kInvalidArgument,

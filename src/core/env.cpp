@@ -259,6 +259,16 @@ const std::vector<const Var*>& all() {
   return vars;
 }
 
+const Var* find(const std::string& name) {
+  for (const Var* var : all())
+    if (name == var->name) return var;
+  return nullptr;
+}
+
+const char* rawValue(const Var& var) {
+  return std::getenv(var.name);
+}
+
 bool isSet(const Var& var) {
   return std::getenv(var.name) != nullptr;
 }

@@ -73,6 +73,10 @@ extern const Var kTestWide;
 extern const Var kFaultMatrixOut;
 
 const std::vector<const Var*>& all();
+// The registered variable of that name, or nullptr.
+const Var* find(const std::string& name);
+// The environment's own string, nullptr when unset (trncclGetEnv hands it on as it is).
+const char* rawValue(const Var& var);
 
 // True when the variable is set in the environment (even to the empty string).
 bool isSet(const Var& var);

@@ -18,9 +18,14 @@ namespace trnccl::testing {
 // and both half floats, and three ops, instead of every one. How a message is cut depends on
 // the element size and the half floats have their own kernels; every type x op kernel runs in
 // the full sweep of the configurations with fewer ranks over the same schedules.
+// The harness links only the public API; trncclGetEnv reads the library's registry
+// (core/env.cpp), which documents both variables.
+inline bool testFlag(const char* name) {
+  const char* value = nullptr;
+  return trncclGetEnv(name, &value, nullptr) == trncclSuccess && value && *value == '1';
+}
 inline bool wideMode() {
-  const char* wide = std::getenv("TRNCCL_TEST_WIDE");
-  return wide && *wide == '1';
+  return testFlag("TRNCCL_TEST_WIDE");
 }
 inline std::vector<trncclDataType_t> reducibleTypes() {
   if (wideMode()) return {trncclInt8, trncclFloat16, trncclBfloat16, trncclFloat32, trncclInt64};
@@ -38,11 +43,9 @@ inline std::vector<trncclRedOp_t> allOps() {
   if (wideMode()) return {trncclSum, trncclMax, trncclAvg};
   return {trncclSum, trncclProd, trncclMax, trncclMin, trncclAvg};
 }
-// TRNCCL_TEST_QUICK=1 (the sanitizer run) drops the 1 Mi + 3 count. The harness links only
-// the public API, so it reads this variable itself; the registry (core/env.cpp) documents it.
+// TRNCCL_TEST_QUICK=1 (the sanitizer run) drops the 1 Mi + 3 count.
 inline bool quickMode() {
-  const char* quick = std::getenv("TRNCCL_TEST_QUICK");
-  return quick && *quick == '1';
+  return testFlag("TRNCCL_TEST_QUICK");
 }
 inline std::vector<size_t> sweepCounts() {
   if (quickMode()) return {0, 1, 7, 1023};
