@@ -38,6 +38,26 @@ void directRoundsFrom(ScheduleBuilder& b, const CollArgs& a, size_t first, size_
   }
 }
 
+// Two phases around one synchronisation, with work that needs nothing from the peers
+// (`meanwhile`, e.g. copying this rank's own block out of its input) between this rank's post and
+// its wait: it runs while the peers stage theirs instead of after they have.
+template <typename Stage, typename Meanwhile, typename Finish>
+void directRoundsOverlapped(ScheduleBuilder& b, const CollArgs& a, size_t first, size_t rounds,
+                            bool publish, const Stage& stage, const Meanwhile& meanwhile,
+                            const Finish& finish) {
+  if (publish) b.publishDescriptor(describe(a));
+  for (size_t k = first; k < rounds; ++k) {
+    const int slot = b.acquireSlot();
+    stage(slot, k);
+    const uint64_t posted = b.post();
+    meanwhile(slot, k);
+    b.waitAll(posted);
+    if (k == 0 && publish) b.checkDescriptors();
+    finish(slot, k);
+    b.releaseSlotAt(slot, b.nextPostValue());
+  }
+}
+
 template <typename... Phases>
 void directRounds(ScheduleBuilder& b, const CollArgs& a, size_t rounds, bool publish,
                   const Phases&... phases) {

@@ -25,17 +25,23 @@ struct AllGatherWindows {
   void stage(ScheduleBuilder& b, int slot, size_t k) const {
     b.copy(c.window(c.rank, slot), byteAt(a.sendbuff, k * perRound * esize), roundLen(k) * esize);
   }
-  void copyOut(ScheduleBuilder& b, int slot, size_t k) const {
+  void copyOwn(ScheduleBuilder& b, size_t k) const {
+    if (!inPlace)
+      b.copy(byteAt(a.recvbuff, (c.rank * a.count + k * perRound) * esize),
+             byteAt(a.sendbuff, k * perRound * esize), roundLen(k) * esize);
+  }
+  void copyPeers(ScheduleBuilder& b, int slot, size_t k) const {
     for (int q = 0; q < c.nranks; ++q)
-      if (q != c.rank || !inPlace)
+      if (q != c.rank)
         b.copy(byteAt(a.recvbuff, (q * a.count + k * perRound) * esize), c.window(q, slot),
                roundLen(k) * esize);
   }
+  // This rank's own block is copied out of its input while the peers stage theirs.
   void runRounds(ScheduleBuilder& b, size_t first, bool publish) const {
-    directRoundsFrom(
+    directRoundsOverlapped(
         b, a, first, std::max<size_t>(rounds(), 1), publish,
-        [&](int slot, size_t k) { stage(b, slot, k); },
-        [&](int slot, size_t k) { copyOut(b, slot, k); });
+        [&](int slot, size_t k) { stage(b, slot, k); }, [&](int, size_t k) { copyOwn(b, k); },
+        [&](int slot, size_t k) { copyPeers(b, slot, k); });
   }
   // Everything after `from` bytes of each block: out of the peers' inputs where they lie (the
   // descriptors are published), this rank's own from its input. The caller's last post and
@@ -48,7 +54,10 @@ struct AllGatherWindows {
       else if (!inPlace)
         later.copy(byteAt(a.recvbuff, q * bytes + from), byteAt(a.sendbuff, from), bytes - from);
   }
-  void finishFirstRound(ScheduleBuilder& later, int slot) const { copyOut(later, slot, 0); }
+  void finishFirstRound(ScheduleBuilder& later, int slot) const {
+    copyOwn(later, 0);
+    copyPeers(later, slot, 0);
+  }
   void singleCopyRest(ScheduleBuilder& later) const {
     singleCopyFrom(later, perRound * esize);
     later.waitAll(later.post());

@@ -38,22 +38,33 @@ size_t roundPart(size_t sub, size_t total, size_t k) {
   return k * sub >= total ? 0 : std::min(sub, total - k * sub);
 }
 
-// Round k's first phase: every outgoing sub-block into this rank's window slot. This rank's own
-// block goes straight from send to receive buffer (one copy, not two through the window),
-// except in place, where staging keeps it from overwriting blocks still to send; `ownBytes`
-// is how much of it there is (the smaller of the two sizes before all-to-all-v's sizes are
-// checked: a call whose own counts disagree fails, but reads nothing past its buffers).
+// Round k's part of this rank's own block, straight from send to receive buffer (one copy, not
+// two through the window), out of place only; `ownBytes` is how much of it there is (the smaller
+// of the two sizes before all-to-all-v's sizes are checked: a call whose own counts disagree
+// fails, but reads nothing past its buffers).
+void copyOwnRound(ScheduleBuilder& b, const CollArgs& a, const CommView& c, const Blocks* blocks,
+                  size_t k, size_t ownBytes) {
+  const size_t sub = subBlockBytes(c);
+  if (a.sendbuff != a.recvbuff)
+    b.copy(byteAt(a.recvbuff, blocks->recvOffset[c.rank] + k * sub),
+           byteAt(a.sendbuff, blocks->sendOffset[c.rank] + k * sub), roundPart(sub, ownBytes, k));
+}
+
+// Round k's first phase: every outgoing sub-block into this rank's window slot; this rank's own
+// too in place (staging keeps it from overwriting blocks still to send), else, with `withOwn`,
+// straight into the receive buffer (without, the caller copies it between its post and its
+// wait, while the peers stage theirs).
 void stageRound(ScheduleBuilder& b, const CollArgs& a, const CommView& c, const Blocks* blocks,
-                int slot, size_t k, size_t ownBytes) {
+                int slot, size_t k, size_t ownBytes, bool withOwn) {
   const size_t sub = subBlockBytes(c);
   const bool selfDirect = a.sendbuff != a.recvbuff;
   for (int q = 0; q < c.nranks; ++q) {
-    const void* from = byteAt(a.sendbuff, blocks->sendOffset[q] + k * sub);
-    if (q == c.rank && selfDirect)
-      b.copy(byteAt(a.recvbuff, blocks->recvOffset[q] + k * sub), from,
-             roundPart(sub, ownBytes, k));
-    else
-      b.copy(c.window(c.rank, slot) + q * sub, from, roundPart(sub, blocks->sendBytes[q], k));
+    if (q == c.rank && selfDirect) {
+      if (withOwn) copyOwnRound(b, a, c, blocks, k, ownBytes);
+      continue;
+    }
+    b.copy(c.window(c.rank, slot) + q * sub, byteAt(a.sendbuff, blocks->sendOffset[q] + k * sub),
+           roundPart(sub, blocks->sendBytes[q], k));
   }
 }
 
@@ -72,14 +83,15 @@ void copyOutRound(ScheduleBuilder& b, const CollArgs& a, const CommView& c, cons
 // rounds are built.
 void exchangeRounds(ScheduleBuilder& b, const CollArgs& a, const CommView& c, const Blocks* blocks,
                     size_t first, size_t rounds, bool publish) {
+  const size_t ownBytes = blocks->recvBytes[c.rank];
   auto stage = [&](int slot, size_t k) {
-    stageRound(b, a, c, blocks, slot, k, blocks->recvBytes[c.rank]);
+    stageRound(b, a, c, blocks, slot, k, ownBytes, /*withOwn=*/false);
   };
+  auto copyOwn = [&](int, size_t k) { copyOwnRound(b, a, c, blocks, k, ownBytes); };
   auto copyOut = [&](int slot, size_t k) { copyOutRound(b, a, c, blocks, slot, k); };
-  if (first == 0)
-    directRounds(b, a, rounds, publish, stage, copyOut);
-  else
-    directRoundsFrom(b, a, first, rounds, publish, stage, copyOut);
+  // An empty call still runs a round: it checks that peers agree.
+  directRoundsOverlapped(b, a, first, first == 0 ? std::max<size_t>(rounds, 1) : rounds, publish,
+                         stage, copyOwn, copyOut);
 }
 
 // All-to-all's windows form as a plan for windowsOrSingleCopy. Its blocks are filled in a
@@ -98,7 +110,7 @@ struct AllToAllWindows {
   }
   size_t rounds() const { return ceilDiv(block, subBlockBytes(c)); }
   void stage(ScheduleBuilder& b, int slot, size_t k) const {
-    stageRound(b, a, c, blocks, slot, k, block);
+    stageRound(b, a, c, blocks, slot, k, block, /*withOwn=*/true);
   }
   void runRounds(ScheduleBuilder& b, size_t first, bool publish) const {
     exchangeRounds(b, a, c, blocks, first, rounds(), publish);
@@ -199,9 +211,11 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
     return Status::ok();
   });
   const int firstSlot = b.acquireSlot();
-  stageRound(b, a, c, blocks.get(), firstSlot, 0,
-             std::min(blocks->sendBytes[c.rank], blocks->recvBytes[c.rank]));
-  b.waitAll(b.post());
+  const size_t ownBytes = std::min(blocks->sendBytes[c.rank], blocks->recvBytes[c.rank]);
+  stageRound(b, a, c, blocks.get(), firstSlot, 0, ownBytes, /*withOwn=*/false);
+  const uint64_t posted = b.post();
+  copyOwnRound(b, a, c, blocks.get(), 0, ownBytes);
+  b.waitAll(posted);
   b.checkDescriptors();
   CollArgs args = a;  // the callback outlives this call
   b.callback([blocks, c, seq, args, sub, firstSlot](ScheduleBuilder& later) -> Status {

@@ -23,15 +23,28 @@ struct BroadcastWindows {
   void copyOut(ScheduleBuilder& b, int slot, size_t k) const {
     if (!isRoot) b.copy(byteAt(a.recvbuff, k * perRound), c.window(a.root, slot), roundLen(k));
   }
+  // The root's own output, out of place: its part of each round between its post and its wait,
+  // while the readers copy.
+  void copyOwn(ScheduleBuilder& b, size_t from, size_t len) const {
+    if (isRoot && a.sendbuff != a.recvbuff)
+      b.copy(byteAt(a.recvbuff, from), byteAt(a.sendbuff, from), len);
+  }
   void runRounds(ScheduleBuilder& b, size_t first, bool publish) const {
-    directRoundsFrom(
+    directRoundsOverlapped(
         b, a, first, std::max<size_t>(rounds(), 1), publish,
         [&](int slot, size_t k) { stage(b, slot, k); },
+        [&](int, size_t k) { copyOwn(b, k * perRound, roundLen(k)); },
         [&](int slot, size_t k) { copyOut(b, slot, k); });
   }
-  void finishFirstRound(ScheduleBuilder& later, int slot) const { copyOut(later, slot, 0); }
+  void finishFirstRound(ScheduleBuilder& later, int slot) const {
+    copyOwn(later, 0, roundLen(0));
+    copyOut(later, slot, 0);
+  }
   void singleCopyRest(ScheduleBuilder& later) const {
-    if (!isRoot) later.cmaRead(byteAt(a.recvbuff, perRound), a.root, perRound, bytes - perRound);
+    if (isRoot)
+      copyOwn(later, perRound, bytes - perRound);
+    else
+      later.cmaRead(byteAt(a.recvbuff, perRound), a.root, perRound, bytes - perRound);
     later.waitAll(later.post());  // the root stays until every reader is done
   }
 };
@@ -51,7 +64,6 @@ Status broadcastDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c)
     });
     return Status::ok();
   }
-  if (plan.isRoot) b.copy(a.recvbuff, a.sendbuff, bytes);
   // Only the root's buffer is read, and only the root knows where it lies: every rank takes
   // the way that decides after round 0 whenever the node lets ranks map each other's memory.
   windowsOrSingleCopy(

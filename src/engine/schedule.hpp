@@ -159,10 +159,10 @@ class ScheduleBuilder {
     return step.value;
   }
 
-  // Waits until every local rank (this one included) has posted value.
   // The value this rank's next post will carry.
   uint64_t nextPostValue() const { return windows_->postsScheduled + 1; }
 
+  // Waits until every local rank (this one included) has posted value.
   void waitAll(uint64_t value) {
     if (value == 0) return;
     Step step = makeStep(StepKind::kWaitPeers);
