@@ -10,20 +10,24 @@
 # Writes DIR/planner/*.jsonl and summary.md. With --tuning FILE every communicator (the
 # default's and the forced ones) plans with that tuning file (TRNCCL_TUNING_FILE).
 # usage: bash scripts/bench_planner.sh [--quick] [--rounds N] [--repeats N] [--tuning FILE]
-#                                      [--out DIR] [--only LAYOUT:TOOL]...
-#   LAYOUT is 2, 4 or 2x2; TOOL all_reduce, all_gather or reduce_scatter (default: every pair)
+#                                      [--out DIR] [--tools LIST] [--only LAYOUT:TOOL]...
+#   LAYOUT is 2, 4 or 2x2; TOOL all_reduce, all_gather, reduce_scatter or broadcast; --tools
+#   (comma separated) says which tools run, default the three of issue 16's target
+#   (all_reduce,all_gather,reduce_scatter); --only narrows to single layout:tool pairs
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 quick=0 rounds=2 repeats=3 tuning="" out=build/bench-results only=()
+tools="all_reduce,all_gather,reduce_scatter"
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --rounds) rounds="$2"; shift ;;
     --repeats) repeats="$2"; shift ;;
     --only) only+=("$2"); shift ;;
+    --tools) tools="$2"; shift ;;
     --tuning) tuning="$(realpath "$2")"; shift ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
     *) echo "bench_planner: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -45,8 +49,11 @@ declare -A ALGOS=(
   [nodes:all_reduce]="default ring rd rhd hierarchical"
   [nodes:all_gather]="default ring bruck hierarchical"
   [nodes:reduce_scatter]="default ring hierarchical"
+  [one:broadcast]="default direct ring binomial"
+  [nodes:broadcast]="default ring binomial hierarchical"
 )
-declare -A KIND=([all_reduce]=allreduce [all_gather]=allgather [reduce_scatter]=reducescatter)
+declare -A KIND=([all_reduce]=allreduce [all_gather]=allgather [reduce_scatter]=reducescatter
+                 [broadcast]=broadcast)
 failures=0
 run() {  # layout name, ranks, host id rule, tool, algorithms, round
   local layout="$1" np="$2" hostid="$3" tool="$4" algos="$5" round="$6"
@@ -73,7 +80,8 @@ wanted() {  # layout tool: whether --only asks for it (or there is no --only)
   return 1
 }
 for round in $(seq 1 "$rounds"); do
-  for tool in all_reduce all_gather reduce_scatter; do
+  for tool in ${tools//,/ }; do
+    [ -n "${KIND[$tool]:-}" ] || { echo "bench_planner: unknown tool $tool" >&2; exit 2; }
     for layout in 2 4 2x2; do
       wanted "$layout" "$tool" || continue
       case "$layout" in

@@ -17,7 +17,7 @@ import sys
 from planner_summary import LAYOUT_LABELS
 
 COLLECTIVES = {"all_reduce": "AllReduce", "all_gather": "AllGather",
-               "reduce_scatter": "ReduceScatter"}
+               "reduce_scatter": "ReduceScatter", "broadcast": "Broadcast"}
 # trnccl-topo's arguments for each layout, keyed by the summary's section title.
 LAYOUTS = {LAYOUT_LABELS["2"]: ["--ranks-per-node", "2"],
            LAYOUT_LABELS["4"]: ["--ranks-per-node", "4"],
@@ -49,7 +49,7 @@ def replay(path, topo, tuning, verbose):
     plans, met, total, section, columns = {}, 0, 0, None, None
     with open(path) as f:
         for line in f:
-            m = re.match(r"^## (all_reduce|all_gather|reduce_scatter), (.*)$", line.strip())
+            m = re.match(r"^## (all_reduce|all_gather|reduce_scatter|broadcast), (.*)$", line.strip())
             if m:
                 section, columns = (m.group(1), m.group(2)), None
                 continue

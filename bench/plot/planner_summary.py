@@ -31,7 +31,7 @@ def human(size):
 def main(directory):
     # One file per layout, collective and round, its rows tagged with the perf tool's -X name
     # ("default" or "allreduce:ring"); files of older runs name one algorithm in the file name.
-    pattern = re.compile(r"^(\w+?)_(all_reduce|all_gather|reduce_scatter)(?:_(\w+))?_round(\d+)\.jsonl$")
+    pattern = re.compile(r"^(\w+?)_(all_reduce|all_gather|reduce_scatter|broadcast)(?:_(\w+))?_round(\d+)\.jsonl$")
     times = defaultdict(list)  # (layout, tool, algo, size) -> [time_us per round]
     for path in sorted(glob.glob(os.path.join(directory, "*.jsonl"))):
         m = pattern.match(os.path.basename(path))
