@@ -45,6 +45,20 @@ for nodes in 64 256; do
 done
 check "small and large all-reduces at 1024 ranks take different algorithms" \
   test "$(grep -c '^AllReduce ' "$tmp/plan64.out")" -ge 2
+# With this machine's costs the plan is a job's: more ranks than --cores makes the rooted
+# collectives pay for every rank's turn (broadcast and reduce change), and TRNCCL_CMA=0 takes
+# the single-copy form away (all-to-all at 2 ranks changes).
+"$topo" --ranks-per-node 4 --cores 2 --plan | grep '^TRNCCL_ALGO' > "$tmp/plan-cores2.out"
+"$topo" --ranks-per-node 4 --cores 8 --plan | grep '^TRNCCL_ALGO' > "$tmp/plan-cores8.out"
+check "4 ranks on 2 cores plan otherwise than on 8" \
+  bash -c "! diff -q '$tmp/plan-cores2.out' '$tmp/plan-cores8.out' >/dev/null"
+"$topo" --ranks-per-node 2 --plan | grep '^TRNCCL_ALGO' > "$tmp/plan-cma.out"
+TRNCCL_CMA=0 "$topo" --ranks-per-node 2 --plan | grep '^TRNCCL_ALGO' > "$tmp/plan-nocma.out"
+check "TRNCCL_CMA=0 changes the 2-rank plan" \
+  bash -c "! diff -q '$tmp/plan-cma.out' '$tmp/plan-nocma.out' >/dev/null"
+if "$topo" --ranks-per-node 2 --cores -1 --plan > /dev/null 2>&1; then
+  echo "FAILED: --cores -1 was accepted"; fail=1
+fi
 # A tuning file that makes efa nearly free and NeuronLink slow moves the choice (an honest
 # check that the planner reads it), and a malformed one is refused naming its line.
 printf 'trnccl-tuning 1\n# efa as fast as memory, links slow\nlink efa alpha_us=0.1 gbps=10000\nlink neuronlink alpha_us=50 gbps=0.1\n' > "$tmp/fast-efa.tuning"

@@ -7,7 +7,7 @@ layout, collective and size the median time of every forced algorithm), asks trn
 --tuning FILE) and counts the sizes where that algorithm's measured time is within 10% of the
 fastest forced one. It judges the model's choices, not the default's own (noisy) timing, so a
 change to the model or its numbers can be checked against every table measured so far.
-usage: planner_replay.py [--topo PATH] [--tuning FILE] [--verbose] SUMMARY.md...
+usage: planner_replay.py [--topo PATH] [--tuning FILE] [--verbose] [--cores N] SUMMARY.md...
 """
 import argparse
 import re
@@ -18,17 +18,20 @@ from planner_summary import LAYOUT_LABELS
 
 COLLECTIVES = {"all_reduce": "AllReduce", "all_gather": "AllGather",
                "reduce_scatter": "ReduceScatter", "broadcast": "Broadcast"}
-# trnccl-topo's arguments for each layout, keyed by the summary's section title.
-LAYOUTS = {LAYOUT_LABELS["2"]: ["--ranks-per-node", "2"],
-           LAYOUT_LABELS["4"]: ["--ranks-per-node", "4"],
-           LAYOUT_LABELS["2x2"]: ["--nodes", "2", "--ranks-per-node", "2"]}
+# trnccl-topo's arguments for each layout, keyed by the summary's section title, and how many
+# nodes share the measuring machine's cores (emulated nodes split them).
+LAYOUTS = {LAYOUT_LABELS["2"]: (["--ranks-per-node", "2"], 1),
+           LAYOUT_LABELS["4"]: (["--ranks-per-node", "4"], 1),
+           LAYOUT_LABELS["2x2"]: (["--nodes", "2", "--ranks-per-node", "2"], 2)}
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-def plan(topo, layout, tuning):
+def plan(topo, layout, tuning, cores):
     """{collective: [(upper bytes, algorithm)]} from trnccl-topo's TRNCCL_ALGO line."""
-    cmd = [topo] + LAYOUTS[layout] + ["--plan"] + (["--tuning", tuning] if tuning else [])
+    args, sharing = LAYOUTS[layout]
+    cmd = ([topo] + args + ["--cores", str(max(1, cores // sharing)), "--plan"] +
+           (["--tuning", tuning] if tuning else []))
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     line = next(l for l in out.splitlines() if l.startswith("TRNCCL_ALGO:"))
     table = {}
@@ -45,7 +48,7 @@ def plan(topo, layout, tuning):
     return table
 
 
-def replay(path, topo, tuning, verbose):
+def replay(path, topo, tuning, verbose, cores):
     plans, met, total, section, columns = {}, 0, 0, None, None
     with open(path) as f:
         for line in f:
@@ -65,7 +68,7 @@ def replay(path, topo, tuning, verbose):
             forced = {columns[i]: float(cells[i]) for i in range(2, len(columns) - 2)
                       if cells[i] != "-"}
             if section[1] not in plans:
-                plans[section[1]] = plan(topo, section[1], tuning)
+                plans[section[1]] = plan(topo, section[1], tuning, cores)
             pick = next(a for upper, a in plans[section[1]][COLLECTIVES[section[0]]]
                         if size <= upper)
             if pick not in forced:
@@ -85,11 +88,14 @@ def main():
     parser.add_argument("--topo", default="build/src/trnccl-topo")
     parser.add_argument("--tuning")
     parser.add_argument("--verbose", action="store_true", help="list the sizes that miss")
+    parser.add_argument("--cores", type=int, default=2,
+                        help="cores of the machine the tables were measured on (2: the VMs of "
+                             "docs/planner/runs)")
     parser.add_argument("summaries", nargs="+")
     args = parser.parse_args()
     all_met = all_total = 0
     for path in args.summaries:
-        met, total = replay(path, args.topo, args.tuning, args.verbose)
+        met, total = replay(path, args.topo, args.tuning, args.verbose, args.cores)
         print("%s: %d of %d sizes within 10%%" % (path, met, total))
         all_met, all_total = all_met + met, all_total + total
     print("all: %d of %d sizes within 10%%" % (all_met, all_total))

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "collectives/planner.hpp"
@@ -19,6 +20,7 @@
 #include "core/env.hpp"
 #include "core/text_file.hpp"
 #include "topology/topology.hpp"
+#include "transports/shm/cma.hpp"
 
 using namespace trnccl;
 
@@ -27,7 +29,7 @@ namespace {
 const char* kUsage =
     "usage: trnccl-topo [--file PATH | --preset NAME] [--nodes N] [--ranks-per-node N]\n"
     "                   [--dump FILE] [--plan [--verbose] [--costs hardware|machine]\n"
-    "                   [--tuning FILE]]\n"
+    "                   [--tuning FILE] [--cores N]]\n"
     "       trnccl-topo --stats DIR\n"
     "\n"
     "Prints the topology trnccl discovers: where it came from, the chips of each node, their\n"
@@ -45,7 +47,12 @@ const char* kUsage =
     "  --verbose     with --plan: every candidate's modeled time per range\n"
     "  --costs KIND  hardware: the device graph's link and NIC figures (the default when there\n"
     "                are chips); machine: this machine's measured defaults (what a job here uses)\n"
-    "  --tuning FILE a tuning file (trnccl-tune, TRNCCL_TUNING_FILE) over those defaults\n";
+    "  --tuning FILE a tuning file (trnccl-tune, TRNCCL_TUNING_FILE) over those defaults\n"
+    "  --cores N     cores per node (default: this machine's). With this machine's costs the\n"
+    "                plan is the one a job here makes at init: whether its ranks outnumber the\n"
+    "                cores, and the single-copy (CMA) band init times (TRNCCL_CMA*; emulated\n"
+    "                nodes sharing this machine: give each its share, e.g. --cores 1 for 2 on\n"
+    "                2 cores)\n";
 
 int stats(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
@@ -121,7 +128,34 @@ double busFactor(CollKind kind, int n) {
   }
 }
 
-int printPlan(const topology::Topology& topo, const CostParams& costs, bool verbose) {
+// What a job on one of these nodes learns at init besides the topology, when it runs on this
+// machine: whether a node's ranks outnumber its cores, and the CMA band the node's first rank
+// times (comm_init.cpp, attachSegment). Init also probes that the ranks may read each other;
+// the plan assumes they may.
+Status machineFacts(int ranksPerNode, unsigned cores, CommView* view) {
+  view->oversubscribed = static_cast<unsigned>(ranksPerNode) > cores;
+  auto cma = env::getBool(env::kCma);
+  TRNCCL_RETURN_IF_ERROR(cma.status());
+  auto minBytes = env::getInt(env::kCmaMinBytes);
+  TRNCCL_RETURN_IF_ERROR(minBytes.status());
+  auto maxBytes = env::getInt(env::kCmaMaxBytes);
+  TRNCCL_RETURN_IF_ERROR(maxBytes.status());
+  auto streamBytes = env::getInt(env::kStreamCopyBytes);
+  TRNCCL_RETURN_IF_ERROR(streamBytes.status());
+  if (!cma.value() || minBytes.value() <= 0 || ranksPerNode < 2) return Status::ok();
+  const double slowdown = maxBytes.value() ? 0 : shm::kernelCopySlowdown();
+  const uint64_t band =
+      shm::cmaMaxBytes(static_cast<uint64_t>(maxBytes.value()), slowdown,
+                       static_cast<uint64_t>(streamBytes.value()), view->oversubscribed);
+  view->cma.minBytes = static_cast<size_t>(minBytes.value());
+  view->cma.maxBytes = band;
+  view->cma.symmetricMaxBytes =
+      shm::symmetricCmaMaxBytes(band, static_cast<uint64_t>(slowdown * 1000));
+  return Status::ok();
+}
+
+int printPlan(const topology::Topology& topo, const CostParams& costs, bool verbose,
+              bool onThisMachine, unsigned cores) {
   const int rank = 0;  // every rank plans alike
   CommView view;
   view.rank = rank;
@@ -152,6 +186,13 @@ int printPlan(const topology::Topology& topo, const CostParams& costs, bool verb
     return 1;
   }
   view.pipelineChunks = static_cast<int>(slices.value());
+  if (onThisMachine) {
+    const int ranksPerNode = static_cast<int>(topo.ranksOfNode(0).size());
+    if (Status facts = machineFacts(ranksPerNode, cores, &view); !facts.isOk()) {
+      std::fprintf(stderr, "trnccl-topo: %s\n", facts.message().c_str());
+      return 1;
+    }
+  }
   auto overrides = parseAlgoOverrides(env::getString(env::kAlgo));
   if (!overrides.isOk()) {
     std::fprintf(stderr, "trnccl-topo: %s\n", overrides.status().message().c_str());
@@ -189,7 +230,7 @@ int printPlan(const topology::Topology& topo, const CostParams& costs, bool verb
 
 int main(int argc, char** argv) {
   std::string file, presetName, dumpPath, statsDir, costsKind, tuningPath;
-  int nodes = 1, ranksPerNode = 0;
+  int nodes = 1, ranksPerNode = 0, cores = 0;
   bool plan = false, verbose = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -227,16 +268,20 @@ int main(int argc, char** argv) {
       }
     } else if (arg == "--tuning") {
       tuningPath = value();
+    } else if (arg == "--cores") {
+      cores = std::atoi(value().c_str());
     } else {
       std::fprintf(stderr, "trnccl-topo: unknown argument '%s'\n%s", arg.c_str(), kUsage);
       return 2;
     }
   }
   if (!statsDir.empty()) return stats(statsDir);
-  if (nodes < 1 || nodes > 65536 || ranksPerNode < 0) {
-    std::fprintf(stderr, "trnccl-topo: --nodes must be 1-65536 and --ranks-per-node >= 0\n");
+  if (nodes < 1 || nodes > 65536 || ranksPerNode < 0 || cores < 0) {
+    std::fprintf(stderr,
+                 "trnccl-topo: --nodes must be 1-65536, --ranks-per-node and --cores >= 0\n");
     return 2;
   }
+  if (cores == 0) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // The command line stands in for the variables, so discovery runs exactly as in a job.
   if (!file.empty()) setenv(env::kTopoFile.name, file.c_str(), 1);
   if (!presetName.empty()) {
@@ -298,5 +343,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trnccl-topo: %s\n", costs.status().message().c_str());
     return 1;
   }
-  return printPlan(topo.value(), costs.value(), verbose);
+  return printPlan(topo.value(), costs.value(), verbose, costsKind == "machine",
+                   static_cast<unsigned>(cores));
 }
