@@ -53,6 +53,9 @@ struct CmaBand {
   // TRNCCL_STREAM_COPY_BYTES through the windows, with a core per rank) does not apply to them
   // (shm::cmaMaxBytes says why).
   size_t symmetricMaxBytes = SIZE_MAX;
+  // The limit for broadcast: 0 (never) where init timed a slow kernel copy
+  // (shm::broadcastCmaMaxBytes), else maxBytes.
+  size_t broadcastMaxBytes = SIZE_MAX;
 };
 
 // Whether a direct schedule of `kind` reads a block of `block` bytes by CMA. More ranks than
@@ -66,7 +69,8 @@ inline bool readsByCma(CollKind kind, size_t block, const CmaBand& band, bool ov
     minBytes = std::max(minBytes, kOversubscribedMinBytes);
   const size_t maxBytes = kind == CollKind::kAllGather || kind == CollKind::kAllToAll
                               ? band.symmetricMaxBytes
-                              : band.maxBytes;
+                          : kind == CollKind::kBroadcast ? band.broadcastMaxBytes
+                                                         : band.maxBytes;
   return block >= minBytes && block < maxBytes;
 }
 

@@ -434,7 +434,7 @@ std::string Communicator::cmaBandNote() const {
   if (shm::symmetricCmaMaxBytes(p.cmaMaxBytes, p.kernelCopyPermille) != p.cmaMaxBytes)
     return strformat(
                "on for blocks of %llu B and more in all-gather and all-to-all; in "
-               "broadcast and all-to-all-v below %llu B (",
+               "all-to-all-v below %llu B; never in broadcast (",
                minBytes, maxBytes) +
            timed + "; TRNCCL_CMA_MAX_BYTES)";
   if (p.cmaMaxBytes <= p.cmaMinBytes) {
@@ -471,6 +471,8 @@ void Communicator::buildPlanner(const Settings& s) {
   if (cmaReadable_) {
     view.cma.minBytes = segment_.params().cmaMinBytes;
     view.cma.maxBytes = segment_.params().cmaMaxBytes;
+    view.cma.broadcastMaxBytes = shm::broadcastCmaMaxBytes(segment_.params().cmaMaxBytes,
+                                                           segment_.params().kernelCopyPermille);
     view.cma.symmetricMaxBytes = shm::symmetricCmaMaxBytes(segment_.params().cmaMaxBytes,
                                                            segment_.params().kernelCopyPermille);
   }

@@ -243,6 +243,11 @@ TEST(Cma, MaxBytesFollowsTheKernelsCopySpeed) {
   EXPECT_EQ(shm::symmetricCmaMaxBytes(3 << 20, 0), 3u << 20) << "set by hand: kept";
   EXPECT_EQ(shm::symmetricCmaMaxBytes(0, 2700), 0u) << "oversubscribed: none";
   EXPECT_EQ(shm::symmetricCmaMaxBytes(kNone, 1500), kNone) << "fast kernel: no limit";
+  // Broadcast never reads by CMA where the kernel's copy was timed slow; a band set by hand
+  // (not timed) and a fast kernel keep the node's band.
+  EXPECT_EQ(shm::broadcastCmaMaxBytes(kStream, 2700), 0u) << "timed slow: never";
+  EXPECT_EQ(shm::broadcastCmaMaxBytes(3 << 20, 0), 3u << 20) << "set by hand: kept";
+  EXPECT_EQ(shm::broadcastCmaMaxBytes(kNone, 1500), kNone) << "fast kernel: no limit";
 }
 
 // The timing itself works here (it reads this process's own memory, which is always allowed)

@@ -149,8 +149,9 @@ Status machineFacts(int ranksPerNode, unsigned cores, CommView* view) {
                        static_cast<uint64_t>(streamBytes.value()), view->oversubscribed);
   view->cma.minBytes = static_cast<size_t>(minBytes.value());
   view->cma.maxBytes = band;
-  view->cma.symmetricMaxBytes =
-      shm::symmetricCmaMaxBytes(band, static_cast<uint64_t>(slowdown * 1000));
+  const auto permille = static_cast<uint64_t>(slowdown * 1000);
+  view->cma.symmetricMaxBytes = shm::symmetricCmaMaxBytes(band, permille);
+  view->cma.broadcastMaxBytes = shm::broadcastCmaMaxBytes(band, permille);
   return Status::ok();
 }
 

@@ -41,6 +41,10 @@ uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, uint64_t 
 // core per rank -- see cma.cpp.
 uint64_t symmetricCmaMaxBytes(uint64_t cmaMaxBytes, uint64_t kernelCopyPermille);
 
+// The largest block for broadcast: none (every block through the windows) where init timed the
+// kernel's copy at more than twice memcpy's time, else the node's band -- see cma.cpp.
+uint64_t broadcastCmaMaxBytes(uint64_t cmaMaxBytes, uint64_t kernelCopyPermille);
+
 // Copies bytes from remoteAddress in process pid into dst, however many calls it takes.
 // peerRank names the peer in the error.
 Status cmaRead(pid_t pid, int peerRank, void* dst, uint64_t remoteAddress, size_t bytes);
