@@ -48,11 +48,6 @@ struct RingGroup {
 struct CmaBand {
   size_t minBytes = SIZE_MAX;
   size_t maxBytes = SIZE_MAX;
-  // The limit for all-gather and all-to-all, where every rank copies as much as it is read
-  // from: maxBytes, except that init's timing rule for a slow kernel copy (blocks from
-  // TRNCCL_STREAM_COPY_BYTES through the windows, with a core per rank) does not apply to them
-  // (shm::cmaMaxBytes says why).
-  size_t symmetricMaxBytes = SIZE_MAX;
   // The limit for broadcast: 0 (never) where init timed a slow kernel copy
   // (shm::broadcastCmaMaxBytes), else maxBytes.
   size_t broadcastMaxBytes = SIZE_MAX;
@@ -67,10 +62,7 @@ inline bool readsByCma(CollKind kind, size_t block, const CmaBand& band, bool ov
   size_t minBytes = band.minBytes;
   if (oversubscribed && (kind == CollKind::kAllGather || kind == CollKind::kBroadcast))
     minBytes = std::max(minBytes, kOversubscribedMinBytes);
-  const size_t maxBytes = kind == CollKind::kAllGather || kind == CollKind::kAllToAll
-                              ? band.symmetricMaxBytes
-                          : kind == CollKind::kBroadcast ? band.broadcastMaxBytes
-                                                         : band.maxBytes;
+  const size_t maxBytes = kind == CollKind::kBroadcast ? band.broadcastMaxBytes : band.maxBytes;
   return block >= minBytes && block < maxBytes;
 }
 

@@ -431,11 +431,10 @@ std::string Communicator::cmaBandNote() const {
   const auto maxBytes = static_cast<unsigned long long>(p.cmaMaxBytes);
   const std::string timed = strformat("the kernel's copy took %.1fx memcpy's time at init",
                                       static_cast<double>(p.kernelCopyPermille) / 1000);
-  if (shm::symmetricCmaMaxBytes(p.cmaMaxBytes, p.kernelCopyPermille) != p.cmaMaxBytes)
-    return strformat(
-               "on for blocks of %llu B and more in all-gather and all-to-all; in "
-               "all-to-all-v below %llu B; never in broadcast (",
-               minBytes, maxBytes) +
+  if (p.cmaMaxBytes > p.cmaMinBytes &&
+      shm::broadcastCmaMaxBytes(p.cmaMaxBytes, p.kernelCopyPermille) != p.cmaMaxBytes)
+    return strformat("on for blocks of %llu B and more, below %llu B; never in broadcast (",
+                     minBytes, maxBytes) +
            timed + "; TRNCCL_CMA_MAX_BYTES)";
   if (p.cmaMaxBytes <= p.cmaMinBytes) {
     std::string why = "TRNCCL_CMA_MAX_BYTES=" + std::to_string(maxBytes);
@@ -472,8 +471,6 @@ void Communicator::buildPlanner(const Settings& s) {
     view.cma.minBytes = segment_.params().cmaMinBytes;
     view.cma.maxBytes = segment_.params().cmaMaxBytes;
     view.cma.broadcastMaxBytes = shm::broadcastCmaMaxBytes(segment_.params().cmaMaxBytes,
-                                                           segment_.params().kernelCopyPermille);
-    view.cma.symmetricMaxBytes = shm::symmetricCmaMaxBytes(segment_.params().cmaMaxBytes,
                                                            segment_.params().kernelCopyPermille);
   }
   view.oversubscribed = oversubscribed();

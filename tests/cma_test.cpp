@@ -237,12 +237,6 @@ TEST(Cma, MaxBytesFollowsTheKernelsCopySpeed) {
   EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, kStream, false), kStream) << "slow: streamed blocks";
   EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, 0, false), kNone) << "slow, but the windows never stream";
   EXPECT_EQ(shm::cmaMaxBytes(0, 2.7, kStream, true), 0u) << "slow and oversubscribed: none";
-  // All-gather and all-to-all ignore the timing rule's limit with a core per rank, not a
-  // limit set by hand (permille 0: not timed) nor the oversubscribed one (0).
-  EXPECT_EQ(shm::symmetricCmaMaxBytes(kStream, 2700), kNone) << "timed band: no limit";
-  EXPECT_EQ(shm::symmetricCmaMaxBytes(3 << 20, 0), 3u << 20) << "set by hand: kept";
-  EXPECT_EQ(shm::symmetricCmaMaxBytes(0, 2700), 0u) << "oversubscribed: none";
-  EXPECT_EQ(shm::symmetricCmaMaxBytes(kNone, 1500), kNone) << "fast kernel: no limit";
   // Broadcast never reads by CMA where the kernel's copy was timed slow; a band set by hand
   // (not timed) and a fast kernel keep the node's band.
   EXPECT_EQ(shm::broadcastCmaMaxBytes(kStream, 2700), 0u) << "timed slow: never";

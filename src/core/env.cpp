@@ -43,10 +43,10 @@ const Var kCmaMaxBytes{
     "TRNCCL_CMA_MAX_BYTES", Kind::kBytes, "0",
     "Blocks of this many bytes and more go through the shared windows instead of CMA. 0 "
     "decides at init: local rank 0 times the kernel's copy (process_vm_readv) against memcpy, "
-    "and where the kernel's takes more than twice as long, every broadcast block and "
-    "all-to-all-v blocks of TRNCCL_STREAM_COPY_BYTES and more take the windows (all-gather and "
-    "all-to-all keep CMA), and every block does when ranks outnumber cores. Bound by the node "
-    "segment's creator; INFO at init says what it chose."};
+    "and where the kernel's takes more than twice as long, every broadcast block and the other "
+    "collectives' blocks of TRNCCL_STREAM_COPY_BYTES and more take the windows, and every "
+    "block does when ranks outnumber cores. Bound by the node segment's creator; INFO at init "
+    "says what it chose."};
 const Var kMoeDirect{"TRNCCL_MOE_DIRECT", Kind::kBool, "1",
                      "Lets an MoE group whose ranks all share one node's memory (every peer on "
                      "shm, single copy allowed: TRNCCL_CMA) move dispatch and combine rows "

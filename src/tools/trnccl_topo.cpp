@@ -150,7 +150,6 @@ Status machineFacts(int ranksPerNode, unsigned cores, CommView* view) {
   view->cma.minBytes = static_cast<size_t>(minBytes.value());
   view->cma.maxBytes = band;
   const auto permille = static_cast<uint64_t>(slowdown * 1000);
-  view->cma.symmetricMaxBytes = shm::symmetricCmaMaxBytes(band, permille);
   view->cma.broadcastMaxBytes = shm::broadcastCmaMaxBytes(band, permille);
   return Status::ok();
 }

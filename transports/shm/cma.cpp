@@ -83,18 +83,14 @@ uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, uint64_t 
   return streamCopyBytes ? streamCopyBytes : UINT64_MAX;
 }
 
-// Session 28 measured the limit above again on 2 ranks of the same VM, 6 alternating rounds with
-// Open MPI beside (TRNCCL_CMA_MAX_BYTES=1G against the timed band, 16 and 64 MiB): all-to-all
-// and all-gather through the windows swung between 0.72x and 1.98x Open MPI's time with the
-// machine's cross-core speed (below 1.0x in 13 of 24 row-rounds) while CMA held 1.10-1.29x in all
-// 24: every rank there copies its whole output anyway, and the windows' two copies cost its core
-// twice. Broadcast and all-to-all-v kept the windows' lead (3 rounds: broadcast 64 MiB 9.7-10.3
-// against 14.2-14.7 ms by CMA, where the windows spread a broadcast's copies over the root's
-// core and the readers'), so the limit stays for them.
-uint64_t symmetricCmaMaxBytes(uint64_t cmaMaxBytes, uint64_t kernelCopyPermille) {
-  const bool timedLimit = kernelCopyPermille > 0 && cmaMaxBytes != 0;
-  return timedLimit ? UINT64_MAX : cmaMaxBytes;
-}
+// Session 28 exempted all-gather and all-to-all from that limit: on 2 ranks of the same VM, 6
+// alternating rounds with Open MPI beside (16 and 64 MiB), their windows swung between 0.72x and
+// 1.98x Open MPI's time with the machine's cross-core speed while CMA held 1.10-1.29x. Session 31,
+// in the machine's fast state (cross_core_probe 69-75 us per MiB), measured the reverse in every
+// round: 3 rounds at 64 MiB, windows 4.6-4.8 ms (all-gather, 1.78-1.99x Open MPI) and 5.6-6.9 ms
+// (all-to-all, 1.14-1.35x) against CMA's 7.7-10.2 and 8.8-10.0 ms (0.97-1.07x). Which wins
+// depends on the minute; the rule above, which follows the one thing init can time, applies to
+// them again.
 
 // A broadcast's readers each make the root's whole buffer's copy; by CMA that is the kernel's
 // copy on every reader and a last wait that keeps the root until all have read, through the

@@ -35,12 +35,6 @@ double kernelCopySlowdown();
 uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, uint64_t streamCopyBytes,
                      bool oversubscribed);
 
-// The largest block for all-gather and all-to-all given the node's band (cmaMaxBytes) and
-// whether init timed the kernel's copy (kernelCopyPermille > 0, i.e. the band is the timing
-// rule's, not TRNCCL_CMA_MAX_BYTES): no limit where the rule kept large blocks off CMA with a
-// core per rank -- see cma.cpp.
-uint64_t symmetricCmaMaxBytes(uint64_t cmaMaxBytes, uint64_t kernelCopyPermille);
-
 // The largest block for broadcast: none (every block through the windows) where init timed the
 // kernel's copy at more than twice memcpy's time, else the node's band -- see cma.cpp.
 uint64_t broadcastCmaMaxBytes(uint64_t cmaMaxBytes, uint64_t kernelCopyPermille);
