@@ -53,6 +53,10 @@ struct CmaBand {
   size_t broadcastMaxBytes = SIZE_MAX;
 };
 
+// The band from what a node's segment creator decided at init (its SegmentParams: the smallest
+// and largest block, and the kernel's copy timed in permille of memcpy's time, 0 if not timed).
+CmaBand cmaBand(uint64_t minBytes, uint64_t maxBytes, uint64_t kernelCopyPermille);
+
 // Whether a direct schedule of `kind` reads a block of `block` bytes by CMA. More ranks than
 // cores: the single-copy all-gather and broadcast end with every rank waiting for all readers,
 // a scheduling round each; measured at 4 ranks on 2 cores they were 10-80% slower than the

@@ -3,6 +3,7 @@
 
 #include "collectives/algorithm.hpp"
 #include "core/dtype.hpp"
+#include "transports/shm/cma.hpp"
 
 namespace trnccl {
 
@@ -20,6 +21,14 @@ shm::OpDescriptor describe(const CollArgs& a) {
   d.root = (a.kind == CollKind::kBroadcast || a.kind == CollKind::kReduce) ? a.root : -1;
   d.count = a.kind == CollKind::kAllToAllv ? 0 : a.count;
   return d;
+}
+
+CmaBand cmaBand(uint64_t minBytes, uint64_t maxBytes, uint64_t kernelCopyPermille) {
+  CmaBand band;
+  band.minBytes = minBytes;
+  band.maxBytes = maxBytes;
+  band.broadcastMaxBytes = shm::broadcastCmaMaxBytes(maxBytes, kernelCopyPermille);
+  return band;
 }
 
 }  // namespace trnccl

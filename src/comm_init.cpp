@@ -467,12 +467,9 @@ void Communicator::buildPlanner(const Settings& s) {
   view.oneShotMaxBytes = segment_.params().oneShotMaxBytes;
   view.aggregateMaxBytes = s.aggregateMaxBytes;
   view.llMaxBytes = segment_.params().llMaxBytes;
-  if (cmaReadable_) {
-    view.cma.minBytes = segment_.params().cmaMinBytes;
-    view.cma.maxBytes = segment_.params().cmaMaxBytes;
-    view.cma.broadcastMaxBytes = shm::broadcastCmaMaxBytes(segment_.params().cmaMaxBytes,
-                                                           segment_.params().kernelCopyPermille);
-  }
+  if (cmaReadable_)
+    view.cma = cmaBand(segment_.params().cmaMinBytes, segment_.params().cmaMaxBytes,
+                       segment_.params().kernelCopyPermille);
   view.oversubscribed = oversubscribed();
   planner_ = std::make_unique<Planner>(view, s.algo, s.costs);
 }

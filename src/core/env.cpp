@@ -270,11 +270,11 @@ const char* rawValue(const Var& var) {
 }
 
 bool isSet(const Var& var) {
-  return std::getenv(var.name) != nullptr;
+  return rawValue(var) != nullptr;
 }
 
 std::string getString(const Var& var) {
-  const char* value = std::getenv(var.name);
+  const char* value = rawValue(var);
   return value ? std::string(value) : std::string(var.defaultValue);
 }
 
@@ -339,7 +339,7 @@ Result<bool> getBool(const Var& var) {
 std::string describeAll() {
   std::string out;
   for (const Var* var : all()) {
-    const char* current = std::getenv(var->name);
+    const char* current = rawValue(*var);
     std::string shown = current ? std::string(" current=") + current : "";
     out += strformat("%-26s default=%-10s%s\n    %s\n", var->name, var->defaultValue, shown.c_str(),
                      var->doc);

@@ -147,10 +147,8 @@ Status machineFacts(int ranksPerNode, unsigned cores, CommView* view) {
   const uint64_t band =
       shm::cmaMaxBytes(static_cast<uint64_t>(maxBytes.value()), slowdown,
                        static_cast<uint64_t>(streamBytes.value()), view->oversubscribed);
-  view->cma.minBytes = static_cast<size_t>(minBytes.value());
-  view->cma.maxBytes = band;
-  const auto permille = static_cast<uint64_t>(slowdown * 1000);
-  view->cma.broadcastMaxBytes = shm::broadcastCmaMaxBytes(band, permille);
+  view->cma = cmaBand(static_cast<uint64_t>(minBytes.value()), band,
+                      static_cast<uint64_t>(slowdown * 1000));
   return Status::ok();
 }
 

@@ -58,6 +58,10 @@ double timeKernelCopy() {
 
 }  // namespace
 
+// How many times memcpy's time the kernel's copy may take before large blocks (and every
+// broadcast block) take the windows instead (cmaMaxBytes, broadcastCmaMaxBytes).
+constexpr double kSlowdownLimit = 2.0;
+
 // A property of the machine: timed once per process, not at every communicator's init.
 double kernelCopySlowdown() {
   static const double slowdown = timeKernelCopy();
@@ -76,7 +80,6 @@ double kernelCopySlowdown() {
 // within twice memcpy's time, nothing changes.
 uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, uint64_t streamCopyBytes,
                      bool oversubscribed) {
-  constexpr double kSlowdownLimit = 2.0;
   if (explicitMaxBytes) return explicitMaxBytes;
   if (kernelSlowdown <= kSlowdownLimit) return UINT64_MAX;
   if (oversubscribed) return 0;
@@ -101,8 +104,7 @@ uint64_t cmaMaxBytes(uint64_t explicitMaxBytes, double kernelSlowdown, uint64_t 
 // session 28: 64 MiB 14.2-14.7 against 9.7-10.3 ms). So where the kernel's copy is that slow,
 // broadcast never reads by CMA; a band set by hand (not timed) still applies.
 uint64_t broadcastCmaMaxBytes(uint64_t cmaMaxBytes, uint64_t kernelCopyPermille) {
-  constexpr uint64_t kSlowPermille = 2000;  // cmaMaxBytes' kSlowdownLimit
-  return kernelCopyPermille > kSlowPermille ? 0 : cmaMaxBytes;
+  return static_cast<double>(kernelCopyPermille) / 1000 > kSlowdownLimit ? 0 : cmaMaxBytes;
 }
 
 std::string probeCma(pid_t pid, uint64_t probeAddress) {
