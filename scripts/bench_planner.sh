@@ -8,15 +8,18 @@
 # bench/plot/planner_summary.py then gives, per size, the median time of each and the
 # default's time over the fastest forced one's.
 # Writes DIR/planner/*.jsonl and summary.md. With --tuning FILE every communicator (the
-# default's and the forced ones) plans with that tuning file (TRNCCL_TUNING_FILE).
+# default's and the forced ones) plans with that tuning file (TRNCCL_TUNING_FILE). With --tune
+# trnccl-tune first measures each layout on that layout (DIR/planner/tuning-LAYOUT), and every
+# job of the layout times the planner's choice with that file too ("tuned"), beside the
+# default and the forced algorithms (issue 16: "after trnccl-tune the same holds").
 # usage: bash scripts/bench_planner.sh [--quick] [--rounds N] [--repeats N] [--tuning FILE]
-#                                      [--out DIR] [--tools LIST] [--only LAYOUT:TOOL]...
+#                                      [--tune] [--out DIR] [--tools LIST] [--only LAYOUT:TOOL]...
 #   LAYOUT is 2, 4 or 2x2; TOOL all_reduce, all_gather, reduce_scatter or broadcast; --tools
 #   (comma separated) says which tools run, default the three of issue 16's target
 #   (all_reduce,all_gather,reduce_scatter); --only narrows to single layout:tool pairs
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-quick=0 rounds=2 repeats=3 tuning="" out=build/bench-results only=()
+quick=0 rounds=2 repeats=3 tuning="" tune=0 out=build/bench-results only=()
 tools="all_reduce,all_gather,reduce_scatter"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,7 +30,8 @@ while [ $# -gt 0 ]; do
     --tools) tools="$2"; shift ;;
     --tuning) tuning="$(realpath "$2")"; shift ;;
     --out) out="$2"; shift ;;
-    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
+    --tune) tune=1 ;;
+    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
     *) echo "bench_planner: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -55,23 +59,34 @@ declare -A ALGOS=(
 declare -A KIND=([all_reduce]=allreduce [all_gather]=allgather [reduce_scatter]=reducescatter
                  [broadcast]=broadcast)
 failures=0
+on_layout() {  # ranks, host id rule, command...: runs the command on that layout
+  local np="$1" hostid="$2"
+  shift 2
+  timeout -k 10 1800 env -u TRNCCL_ALGO TRNCCL_TUNING_FILE="$tuning" FI_TCP_IFACE=lo \
+    FI_NET_IFACE=lo "$BIN/trnccl-run" -np "$np" bash -c "TRNCCL_HOSTID=$hostid exec \"\$@\"" rank "$@"
+}
 run() {  # layout name, ranks, host id rule, tool, algorithms, round
   local layout="$1" np="$2" hostid="$3" tool="$4" algos="$5" round="$6"
   local forced=() algo part sizes
   for algo in $algos; do
     if [ "$algo" = default ]; then forced+=(-X default); else forced+=(-X "${KIND[$tool]}:$algo"); fi
   done
+  [ "$tune" -eq 1 ] && forced+=(-X "tuned=$(realpath "$dir/tuning-$layout")")
   for part in small large; do
     if [ "$part" = small ]; then sizes=("${small[@]}"); else sizes=("${large[@]}"); fi
-    local cmd=(env -u TRNCCL_ALGO TRNCCL_TUNING_FILE="$tuning" FI_TCP_IFACE=lo
-               FI_NET_IFACE=lo "$BIN/trnccl-run" -np "$np"
-               bash -c "TRNCCL_HOSTID=$hostid exec \"\$@\"" rank
+    local cmd=(on_layout "$np" "$hostid"
                "$BIN/${tool}_perf" "${sizes[@]}" -R "$repeats" -c 0 "${forced[@]}"
                -J "$dir/${layout}_${tool}_round${round}.jsonl")
     echo "+ ${cmd[*]}" >>"$dir/commands.txt"
-    timeout -k 10 1800 "${cmd[@]}" >>"$dir/log.txt" 2>&1 || {
+    "${cmd[@]}" >>"$dir/log.txt" 2>&1 || {
       echo "FAILED: ${cmd[*]}"; failures=$((failures + 1)); }
   done
+}
+wanted_layout() {  # layout: whether --only asks for any tool on it (or there is no --only)
+  [ ${#only[@]} -eq 0 ] && return 0
+  local pair
+  for pair in "${only[@]}"; do [ "${pair%%:*}" = "$1" ] && return 0; done
+  return 1
 }
 wanted() {  # layout tool: whether --only asks for it (or there is no --only)
   [ ${#only[@]} -eq 0 ] && return 0
@@ -79,16 +94,30 @@ wanted() {  # layout tool: whether --only asks for it (or there is no --only)
   for pair in "${only[@]}"; do [ "$pair" = "$1:$2" ] && return 0; done
   return 1
 }
+layout_of() {  # layout: sets np, kind and hostid
+  case "$1" in
+    2) np=2 kind=one hostid=node ;;
+    4) np=4 kind=one hostid=node ;;
+    2x2) np=4 kind=nodes hostid='node-$((TRNCCL_RANK / 2))' ;;
+  esac
+}
+if [ "$tune" -eq 1 ]; then
+  for layout in 2 4 2x2; do
+    wanted_layout "$layout" || continue
+    layout_of "$layout"
+    tune_args=()
+    [ "$quick" -eq 1 ] && tune_args=(--quick)
+    echo "+ trnccl-tune on layout $layout" >>"$dir/commands.txt"
+    on_layout "$np" "$hostid" build/src/trnccl-tune "${tune_args[@]}" -o "$dir/tuning-$layout" \
+      >>"$dir/log.txt" 2>&1 || { echo "FAILED: trnccl-tune on layout $layout"; exit 1; }
+  done
+fi
 for round in $(seq 1 "$rounds"); do
   for tool in ${tools//,/ }; do
     [ -n "${KIND[$tool]:-}" ] || { echo "bench_planner: unknown tool $tool" >&2; exit 2; }
     for layout in 2 4 2x2; do
       wanted "$layout" "$tool" || continue
-      case "$layout" in
-        2) np=2 kind=one hostid=node ;;
-        4) np=4 kind=one hostid=node ;;
-        2x2) np=4 kind=nodes hostid='node-$((TRNCCL_RANK / 2))' ;;
-      esac
+      layout_of "$layout"
       run "$layout" "$np" "$hostid" "$tool" "${ALGOS[$kind:$tool]}" "$round"
     done
   done

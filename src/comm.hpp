@@ -30,6 +30,9 @@ struct CommOptions {
   double timeoutSeconds = 300;
   std::string algorithm;  // TRNCCL_ALGO syntax
   std::string name = "comm";
+  // A split's parent's ranks on this machine: they keep sharing its cores, so a child of an
+  // oversubscribed communicator is oversubscribed too, however few of them it holds.
+  unsigned parentRanksOnMachine = 0;
 };
 
 class Communicator {
@@ -43,6 +46,9 @@ class Communicator {
   const std::string& name() const { return options_.name; }
   const CommOptions& options() const { return options_; }
   double timeoutSeconds() const { return options_.timeoutSeconds; }
+  // This communicator's ranks on this machine (with a split's parent's, if more): what
+  // shares its cores.
+  unsigned ranksOnThisMachine() const;
 
   // Queues one call (a collective, or a fused group of point-to-point calls).
   Result<std::shared_ptr<Operation>> enqueue(const std::vector<CollArgs>& calls);
@@ -88,6 +94,8 @@ class Communicator {
   bool everyNodePeerMapsMemory() const;
   // The cost model and tuning entries the planner (and the MoE engine's auto mode) use.
   const CostParams& costs() const { return planner_->costs(); }
+  // The communicator's shape as the planner prices it (trnccl-tune inverts the model with it).
+  const PlanShape& planShape() const { return planner_->shape(); }
   // What this rank sent to and received from each peer, and over which transport.
   struct PeerTrafficEntry {
     int peer;

@@ -478,11 +478,17 @@ void Communicator::buildPlanner(const Settings& s) {
 // nodes share the cores too, and so do libfabric's progress threads): ranks count together
 // when they share the kernel, also from containers with their own host names.
 // Every rank of a machine computes the same answer (the table of ranks is the same everywhere).
-bool Communicator::oversubscribed() const {
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+// A split counts its parent's ranks: two node communicators of 2 ranks each on a 2-core machine
+// spun their whole budget while the other's ranks held the cores, and calls took a scheduler
+// slice (5 ms) instead of tens of microseconds (trnccl-tune on 2 emulated nodes x 2 ranks).
+unsigned Communicator::ranksOnThisMachine() const {
   unsigned onThisMachine = 0;
   for (const auto& p : peers_) onThisMachine += p.kernelHash == peers_[rank_].kernelHash;
-  return onThisMachine > cores;
+  return std::max(onThisMachine, options_.parentRanksOnMachine);
+}
+
+bool Communicator::oversubscribed() const {
+  return ranksOnThisMachine() > std::max(1u, std::thread::hardware_concurrency());
 }
 
 void Communicator::adaptToCores() {

@@ -34,10 +34,27 @@ PY
 check "  ... the table has a column per extra algorithm" \
   grep -Eq "#wrong +ring +rhd +direct$" "$tmp/ar.out"
 
-check "all-gather with bruck beside the default" \
-  "$run" -np 3 "$allgather" -b 96 -e 96K -f 32 -n 2 -w 1 -c 1 -X default -X allgather:bruck \
+# (The tool's output goes to a file, and check's verdict after it to the log.)
+"$run" -np 3 "$allgather" -b 96 -e 96K -f 32 -n 2 -w 1 -c 1 -X default -X allgather:bruck \
   -J "$tmp/ag.jsonl" >"$tmp/ag.out" 2>&1
+check "all-gather with bruck beside the default" test $? -eq 0
 check "  ... bruck rows present" grep -q '"algo":"allgather:bruck"' "$tmp/ag.jsonl"
+
+# -X tuned=FILE (bench_planner.sh --tune): the planner's choice with a tuning file, beside the
+# default's, whose communicator (split after it) must not inherit the file. A file that makes
+# the shared-window protocol dear moves the plan off direct.
+printf 'trnccl-tuning 1\nsync_us 500\n' >"$tmp/dear-sync.tuning"
+TRNCCL_DEBUG=INFO "$run" -np 2 "$allreduce" -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 \
+  -X "tuned=$tmp/dear-sync.tuning" -X default -J "$tmp/tuned.jsonl" >"$tmp/tuned.out" 2>"$tmp/tuned.err"
+check "all-reduce, tuned=FILE beside the default, checked" test $? -eq 0
+check "  ... its communicator plans with the file, and not with direct" \
+  grep -Eq "INFO tuned rank 0 plan: AllReduce=[a-z]+(<=[0-9]+[KM]?,[a-z]+)* AllGather=.*costs: TRNCCL_TUNING_FILE=$tmp/dear-sync.tuning" "$tmp/tuned.err"
+check "  ... (direct nowhere in its all-reduce plan)" \
+  bash -c "! grep -q 'INFO tuned rank 0 plan: AllReduce=[^ ]*direct' '$tmp/tuned.err'"
+check "  ... the default's, split after it, with this machine's defaults" \
+  grep -q "INFO default rank 0 plan: .*costs: this machine's defaults" "$tmp/tuned.err"
+check "  ... rows for both" \
+  bash -c "grep -q '\"algo\":\"tuned=$tmp/dear-sync.tuning\"' '$tmp/tuned.jsonl' && grep -q '\"algo\":\"default\"' '$tmp/tuned.jsonl'"
 
 "$run" -np 2 "$allreduce" -b 8 -e 8 -n 1 -w 0 -X default -X allreduce:hierarchical \
   >"$tmp/hier.out" 2>&1

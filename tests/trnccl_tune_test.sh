@@ -2,6 +2,7 @@
 # trnccl-tune as a user runs it: two ranks under trnccl-run measure every link class this
 # machine has (shm, efa over libfabric on loopback, neuronlink emulated), write a tuning file
 # that trnccl-topo reads back, and a job planning with it (TRNCCL_TUNING_FILE) runs and says so;
+# four ranks on two emulated nodes measure shm inside the nodes and efa across them;
 # then --moe on 4 ranks over 2 emulated nodes adds its moe entries to the same file, and a MoE
 # job in auto mode takes its mode from them.
 # Usage: trnccl_tune_test.sh TRNCCL_TUNE TRNCCL_TOPO TRNCCL_RUN ALL_REDUCE_PERF MOE_DISPATCH_PERF
@@ -14,8 +15,11 @@ export FI_TCP_IFACE=lo FI_NET_IFACE=lo  # loopback only
 check "trnccl-tune ran on 2 ranks" "$run" -np 2 "$tune" --quick -o "$tmp/host.tuning"
 cat "$tmp/host.tuning"
 for class in shm efa neuronlink; do
-  check "  ... measured $class" grep -q "^# $class: 8 B exchange" "$tmp/host.tuning"
+  check "  ... measured $class with ring all-gathers" \
+    grep -q "^# round 1, $class: ring all-gather on 2 ranks, .* -> alpha [0-9.]* us, [0-9.]* GB/s" "$tmp/host.tuning"
 done
+check "  ... and the direct schedules' figures" \
+  grep -q "^# round 1, direct: direct on 2 ranks: all-reduce 1 KiB .* -> copy [0-9.]* GB/s, reduce [0-9.]* GB/s" "$tmp/host.tuning"
 check "  ... every number positive" \
   awk '/^link/ { split($3, a, "="); split($4, b, "="); if (a[2] <= 0 || b[2] <= 0) exit 1 }
        /^(copy|reduce)_gbps/ { if ($2 <= 0) exit 1 }' "$tmp/host.tuning"
@@ -26,7 +30,23 @@ TRNCCL_TUNING_FILE="$tmp/host.tuning" TRNCCL_DEBUG=INFO \
 check "a job with TRNCCL_TUNING_FILE runs and checks its results" \
   grep -q "Out of bounds values : 0 OK" "$tmp/job.out"
 check "  ... and plans with the file's numbers" grep -q "costs: TRNCCL_TUNING_FILE=" "$tmp/job.out"
-check "--help describes the tool" bash -c "'$tune' --help | grep -q 'trnccl-run -np 2 trnccl-tune'"
+check "--help describes the tool" bash -c "'$tune' --help | grep -q 'trnccl-run -np N trnccl-tune'"
+
+# On the layout of a job of 2 nodes x 2 ranks: shm inside each node (both at once), efa across.
+TRNCCL_DEBUG=INFO "$run" -np 4 --hostids a,a,b,b "$tune" --quick -o "$tmp/nodes.tuning" \
+  > "$tmp/nodes.out" 2>&1
+check "trnccl-tune ran on 2 nodes x 2 ranks" grep -q "^# measured by trnccl-tune on .*(4 ranks on 2 node(s)" "$tmp/nodes.tuning"
+check "  ... shm inside the nodes, efa across them" \
+  bash -c "grep -q '^# round 1, shm: ring all-gather on 2 ranks' '$tmp/nodes.tuning' &&
+           grep -q '^# round 1, efa: ring all-gather on 4 ranks' '$tmp/nodes.tuning'"
+if [ "$(nproc)" -lt 4 ]; then
+  # Each node's 2-rank communicator is split from the 4-rank one: its ranks still share the
+  # machine's cores with the other node's, so its waits must yield as the parent's do.
+  check "  ... its 2-rank node communicators count the job's 4 ranks on $(nproc) cores" \
+    bash -c "[ \$(grep -c 'trnccl INFO trnccl-tune rank [01]/2: .*; spin 0 passes' '$tmp/nodes.out') -ge 4 ]"
+fi
+check "  ... and trnccl-topo reads the file" \
+  bash -c "'$topo' --nodes 2 --ranks-per-node 2 --plan --tuning '$tmp/nodes.tuning' >/dev/null"
 
 cp "$tmp/host.tuning" "$tmp/before.tuning"
 check "trnccl-tune --moe ran on 4 ranks over 2 nodes" \

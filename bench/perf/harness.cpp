@@ -172,9 +172,11 @@ void usage(const char* tool, FILE* out) {
       "  -X, --algo NAME         repeatable: time each named algorithm side by side, one\n"
       "                          communicator each (NAME as in TRNCCL_ALGO, e.g. ring or\n"
       "                          allreduce:rhd; 'default' = the planner's choice, or\n"
-      "                          TRNCCL_ALGO when set), interleaved within each repeat. The\n"
-      "                          table's columns are the first NAME's; every other NAME adds\n"
-      "                          its out-of-place time (us) at the end of the row\n"
+      "                          TRNCCL_ALGO when set; 'tuned=FILE' = the planner's choice\n"
+      "                          with FILE as TRNCCL_TUNING_FILE), interleaved within each\n"
+      "                          repeat. The table's columns are the first NAME's; every\n"
+      "                          other NAME adds its out-of-place time (us) at the end of\n"
+      "                          the row\n"
       "  -h, --help              this text\n"
       "Exit status is non-zero when any result is wrong.\n",
       tool, tool);
@@ -388,11 +390,21 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
   // The communicators timed: comm itself, or one per -X algorithm (split with that forcing).
   std::vector<trncclComm_t> timed;
   for (const std::string& name : o.algos) {
+    // "tuned=FILE": the planner's choice with FILE's costs (its init reads TRNCCL_TUNING_FILE).
+    const bool tuned = name.rfind("tuned=", 0) == 0;
+    const char* planned = std::getenv("TRNCCL_TUNING_FILE");
+    const std::string savedTuning = planned ? planned : "";
+    if (tuned) setenv("TRNCCL_TUNING_FILE", name.c_str() + 6, 1);
     trncclConfig_t config = TRNCCL_CONFIG_INITIALIZER;
-    config.algorithm = name == "default" ? nullptr : name.c_str();
-    config.commName = name.c_str();
+    config.algorithm = name == "default" || tuned ? nullptr : name.c_str();
+    config.commName = tuned ? "tuned" : name.c_str();
     trncclComm_t forced = nullptr;
-    if (trncclCommSplit(comm, 0, rank, &forced, &config) != trncclSuccess) {
+    const trncclResult_t split = trncclCommSplit(comm, 0, rank, &forced, &config);
+    if (tuned && planned)
+      setenv("TRNCCL_TUNING_FILE", savedTuning.c_str(), 1);
+    else if (tuned)
+      unsetenv("TRNCCL_TUNING_FILE");
+    if (split != trncclSuccess) {
       // A refused configuration is reported on the thread (there is no new communicator).
       const char* why = trncclGetLastError(comm);
       if (!why || !*why) why = trncclGetLastError(nullptr);

@@ -7,9 +7,11 @@ layout, collective and size the median time of every forced algorithm), asks trn
 --tuning FILE) and counts the sizes where that algorithm's measured time is within 10% of the
 fastest forced one. It judges the model's choices, not the default's own (noisy) timing, so a
 change to the model or its numbers can be checked against every table measured so far.
-usage: planner_replay.py [--topo PATH] [--tuning FILE] [--verbose] [--cores N] SUMMARY.md...
+usage: planner_replay.py [--topo PATH] [--tuning FILE | --own-tuning] [--verbose] [--cores N]
+                         SUMMARY.md...
 """
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -23,13 +25,17 @@ COLLECTIVES = {"all_reduce": "AllReduce", "all_gather": "AllGather",
 LAYOUTS = {LAYOUT_LABELS["2"]: (["--ranks-per-node", "2"], 1),
            LAYOUT_LABELS["4"]: (["--ranks-per-node", "4"], 1),
            LAYOUT_LABELS["2x2"]: (["--nodes", "2", "--ranks-per-node", "2"], 2)}
+LAYOUT_KEYS = {label: key for key, label in LAYOUT_LABELS.items()}
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def plan(topo, layout, tuning, cores):
-    """{collective: [(upper bytes, algorithm)]} from trnccl-topo's TRNCCL_ALGO line."""
+    """{collective: [(upper bytes, algorithm)]} from trnccl-topo's TRNCCL_ALGO line. tuning: a
+    file, or {layout key: file}."""
     args, sharing = LAYOUTS[layout]
+    if isinstance(tuning, dict):
+        tuning = tuning.get(LAYOUT_KEYS[layout])
     cmd = ([topo] + args + ["--cores", str(max(1, cores // sharing)), "--plan"] +
            (["--tuning", tuning] if tuning else []))
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -64,9 +70,12 @@ def replay(path, topo, tuning, verbose, cores):
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             number, unit = cells[0].split()
             size = int(number) * UNITS[unit]
-            # Columns: size, default, the forced algorithms..., fastest forced, default / best.
-            forced = {columns[i]: float(cells[i]) for i in range(2, len(columns) - 2)
-                      if cells[i] != "-"}
+            # Columns: size, default, [tuned,] the forced algorithms..., fastest forced,
+            # default / best[, tuned / best].
+            notForced = {"size", "default", "tuned", "fastest forced", "default / best",
+                         "tuned / best"}
+            forced = {columns[i]: float(cells[i]) for i in range(len(columns))
+                      if columns[i] not in notForced and cells[i] != "-"}
             if section[1] not in plans:
                 plans[section[1]] = plan(topo, section[1], tuning, cores)
             pick = next(a for upper, a in plans[section[1]][COLLECTIVES[section[0]]]
@@ -87,6 +96,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topo", default="build/src/trnccl-topo")
     parser.add_argument("--tuning")
+    parser.add_argument("--own-tuning", action="store_true",
+                        help="plan each table with its own trnccl-tune files (NAME.tuning-LAYOUT "
+                             "beside NAME.md, from bench_planner.sh --tune); tables without "
+                             "them are skipped")
     parser.add_argument("--verbose", action="store_true", help="list the sizes that miss")
     parser.add_argument("--cores", type=int, default=2,
                         help="cores of the machine the tables were measured on (2: the VMs of "
@@ -95,7 +108,14 @@ def main():
     args = parser.parse_args()
     all_met = all_total = 0
     for path in args.summaries:
-        met, total = replay(path, args.topo, args.tuning, args.verbose, args.cores)
+        tuning = args.tuning
+        if args.own_tuning:
+            stem = path[:-3] if path.endswith(".md") else path
+            tuning = {key: "%s.tuning-%s" % (stem, key) for key in LAYOUT_LABELS
+                      if os.path.exists("%s.tuning-%s" % (stem, key))}
+            if not tuning:
+                continue
+        met, total = replay(path, args.topo, tuning, args.verbose, args.cores)
         print("%s: %d of %d sizes within 10%%" % (path, met, total))
         all_met, all_total = all_met + met, all_total + total
     print("all: %d of %d sizes within 10%%" % (all_met, all_total))

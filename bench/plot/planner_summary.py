@@ -4,8 +4,9 @@
 Per layout, collective and size: the median (over rounds, each itself a median of the tool's
 interleaved repeats) out-of-place time of the planner's
 default and of every forced algorithm, and default / fastest forced (1.00x = the default is
-the fastest; the target is at most 1.10x). Then, per layout and collective, how many sizes
-meet the target.
+the fastest; the target is at most 1.10x); with bench_planner.sh --tune also the planner's
+choice with the trnccl-tune file measured on that layout ("tuned") and its ratio. Then, per
+layout and collective, how many sizes meet the target.
 usage: planner_summary.py DIR
 """
 import glob
@@ -42,7 +43,9 @@ def main(directory):
             for line in f:
                 row = json.loads(line)
                 if row.get("impl") == "trnccl" and row.get("placement") == "out":
-                    algo = row.get("algo", m.group(3) or "default").split(":")[-1]
+                    algo = row.get("algo", m.group(3) or "default")
+                    # "tuned=FILE": the planner's choice with bench_planner.sh --tune's file.
+                    algo = "tuned" if algo.startswith("tuned=") else algo.split(":")[-1]
                     times[(layout, tool, algo, row["size"])].append(row["time_us"])
     groups = defaultdict(lambda: defaultdict(dict))  # (layout, tool) -> size -> algo -> median
     for (layout, tool, algo, size), values in times.items():
@@ -51,27 +54,42 @@ def main(directory):
     print("Out-of-place time in us, medians over rounds; `default / best` is the default's time "
           "over the fastest forced algorithm's (target: at most 1.10x).\n")
     verdicts = []
+    planned = ("default", "tuned")  # the planner's choices; every other column is forced
     for (layout, tool) in sorted(groups):
         sizes = groups[(layout, tool)]
-        algos = sorted({a for per in sizes.values() for a in per if a != "default"})
+        algos = sorted({a for per in sizes.values() for a in per if a not in planned})
+        tuned = any("tuned" in per for per in sizes.values())
         print("## %s, %s\n" % (tool, LAYOUT_LABELS.get(layout, layout)))
-        print("| size | default | " + " | ".join(algos) + " | fastest forced | default / best |")
-        print("|---:|---:|" + "---:|" * len(algos) + "---|---:|")
-        met = total = 0
+        print("| size | default | " + ("tuned | " if tuned else "") + " | ".join(algos) +
+              " | fastest forced | default / best |" + (" tuned / best |" if tuned else ""))
+        print("|---:|---:|" + ("---:|" if tuned else "") + "---:|" * len(algos) + "---|---:|" +
+              ("---:|" if tuned else ""))
+        met = {p: 0 for p in planned}
+        total = {p: 0 for p in planned}
         for size in sorted(sizes):
             per = sizes[size]
             forced = [per[a] for a in algos if a in per]
             if "default" not in per or not forced:
                 continue
-            ratio = per["default"] / min(forced)
             fastest = min((per[a], a) for a in algos if a in per)[1]
-            total += 1
-            met += ratio <= 1.10
+            ratios = {}
+            for p in planned:
+                if p in per:
+                    ratios[p] = per[p] / min(forced)
+                    total[p] += 1
+                    met[p] += ratios[p] <= 1.10
+            verdict = lambda p: "%.2fx%s" % (ratios[p], "" if ratios[p] <= 1.10 else " (miss)") \
+                if p in ratios else "-"
             cells = ["%.1f" % per[a] if a in per else "-" for a in algos]
-            print("| %s | %.1f | %s | %s | %.2fx%s |" % (human(size), per["default"], " | ".join(cells),
-                                                       fastest, ratio, "" if ratio <= 1.10 else " (miss)"))
+            if tuned:
+                cells.insert(0, "%.1f" % per["tuned"] if "tuned" in per else "-")
+            print("| %s | %.1f | %s | %s | %s |%s" % (
+                human(size), per["default"], " | ".join(cells), fastest, verdict("default"),
+                " %s |" % verdict("tuned") if tuned else ""))
         print()
-        verdicts.append("- %s, %s: %d of %d sizes within 10%%" % (tool, LAYOUT_LABELS.get(layout, layout), met, total))
+        verdicts.append("- %s, %s: %d of %d sizes within 10%%" % (
+            tool, LAYOUT_LABELS.get(layout, layout), met["default"], total["default"]) +
+            ("; tuned: %d of %d" % (met["tuned"], total["tuned"]) if tuned else ""))
     print("## Summary\n")
     print("\n".join(verdicts))
 

@@ -51,7 +51,7 @@ Status optionsFromConfig(const trncclConfig_t* config, trnccl::CommOptions* opti
 }
 
 trncclResult_t initComm(trncclComm_t* out, int nranks, const trncclUniqueId& id, int rank,
-                        const trncclConfig_t* config) {
+                        const trncclConfig_t* config, unsigned parentRanksOnMachine = 0) {
   if (!out)
     return report(nullptr,
                   makeError(Code::kInvalidArgument, "trncclCommInitRank: comm pointer is NULL"));
@@ -65,6 +65,7 @@ trncclResult_t initComm(trncclComm_t* out, int nranks, const trncclUniqueId& id,
                             "trncclCommInitRank: rank %d is out of range [0, %d)", rank, nranks));
   trnccl::CommOptions options;
   Status status = optionsFromConfig(config, &options);
+  options.parentRanksOnMachine = parentRanksOnMachine;
   if (!status.isOk())
     return report(nullptr,
                   status.withContext(trnccl::strformat("rank %d trncclCommInitRank: ", rank)));
@@ -211,7 +212,7 @@ trncclResult_t trncclCommSplit(trncclComm_t comm, int color, int key, trncclComm
   inherited.timeoutMs = static_cast<int>(parent.timeoutSeconds() * 1000);
   if (!parent.options().algorithm.empty()) inherited.algorithm = parent.options().algorithm.c_str();
   return initComm(newcomm, static_cast<int>(members.size()), ids[members.front()], newRank,
-                  config ? config : &inherited);
+                  config ? config : &inherited, parent.ranksOnThisMachine());
 }
 
 trncclResult_t trncclCommDestroy(trncclComm_t comm) {
