@@ -175,7 +175,8 @@ double direct(CollKind kind, double bytes, const PlanShape& s, const CostParams&
     case CollKind::kReduceScatter:
       // Tiny inputs go through the small-message lines, as the all-reduce's do.
       if (bytes <= static_cast<double>(s.llMaxBytes)) return sync + c.stepUs;
-      return rounds * (2 * sync + c.stepUs) + copyUs(c, bytes) + reduceUs(c, bytes * (n - 1) / n);
+      return rounds * (2 * sync + c.stepUs) + copyUs(c, bytes * (n - 1) / n) +
+             reduceUs(c, bytes * (n - 1) / n);
     case CollKind::kReduce:
       return rounds * (2 * sync + c.stepUs) + copyUs(c, bytes * (n - 1) / n) +
              reduceUs(c, (n - 1) * bytes);
