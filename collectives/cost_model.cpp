@@ -113,12 +113,24 @@ double pipelinedAllReduce(const CostParams& c, const std::vector<Level>& levels,
   const double b = allReduceOverLevels(c, across, slice / innerShare);
   return slices * std::max(a, b) + std::min(a, b) + (slices - 1) * c.sliceUs;
 }
-// A chain of n ranks streaming `bytes` in window-sized pieces.
-double chain(const CostParams& c, const PlanShape& s, int n, LinkClass link, double bytes,
-             bool reduces) {
+// A chain of n ranks streaming `bytes` in window-sized pieces, `slowHops` of its n - 1 hops
+// over `link` and the others over the node's own link (s.intra); pipelined, each piece follows
+// the one before by the slowest hop. With more ranks than cores a broadcast's hops do not
+// overlap: every rank that forwards a piece needs a core while all of them are busy, so each
+// piece pays every hop. Measured, 2 emulated nodes x 2 ranks on 2 cores (docs/planner/runs
+// amd-2026-12-07-bcast-01, -02): the ring's chain (hops shm, efa, shm) 1.16-1.9x behind the
+// hierarchical broadcast (efa, then shm inside both nodes at once) from 4 MiB, where the
+// overlapping model put it ahead. A reduction's chain keeps the overlap: at 4 ranks on 2 cores
+// it was the fastest reduce at 1-64 MiB (its hops share the reductions that direct's root
+// makes alone), 1.1-1.9x ahead of direct.
+double chain(const CostParams& c, const PlanShape& s, int n, LinkClass link, int slowHops,
+             double bytes, bool reduces) {
   if (n < 2) return 0;
   const double piece = std::min<double>(bytes, static_cast<double>(s.windowBytes));
   const double pieces = std::max(1.0, std::ceil(bytes / static_cast<double>(s.windowBytes)));
+  if (s.oversubscribed && !reduces)
+    return pieces * (slowHops * message(c, link, piece) +
+                     (n - 1 - slowHops) * message(c, s.intra, piece) + (n - 1) * c.stepUs);
   return (n - 2 + pieces) *
          (message(c, link, piece) + c.stepUs + (reduces ? landedReduceUs(c, piece) : 0));
 }
@@ -195,8 +207,9 @@ double ringFamily(CollKind kind, double bytes, const PlanShape& s, const CostPar
     case CollKind::kAllReduce: return allReduceOverLevels(c, {{n, link}}, bytes);
     case CollKind::kAllGather: return overLevels(c, {{n, link}}, bytes, false);
     case CollKind::kReduceScatter: return overLevels(c, {{n, link}}, bytes, true);
-    case CollKind::kBroadcast: return chain(c, s, n, link, bytes, false);
-    case CollKind::kReduce: return chain(c, s, n, link, bytes, true);
+    // The ring goes node by node: nodes - 1 of its hops cross nodes.
+    case CollKind::kBroadcast: return chain(c, s, n, link, s.nodes - 1, bytes, false);
+    case CollKind::kReduce: return chain(c, s, n, link, s.nodes - 1, bytes, true);
     case CollKind::kAllToAll:
     case CollKind::kAllToAllv: {
       double t = 0;  // pairwise: round i sends to the rank i after
@@ -290,8 +303,8 @@ double hierarchical(CollKind kind, double bytes, const PlanShape& s, const CostP
     case CollKind::kReduceScatter:
       return overLevels(c, levels, bytes, true) + copyUs(c, bytes + bytes / s.nranks) + uneven;
     case CollKind::kBroadcast:
-      return chain(c, s, nodes, LinkClass::kEfa, bytes, false) +
-             chain(c, s, s.nranks / nodes, s.intra, bytes, false);
+      return chain(c, s, nodes, LinkClass::kEfa, nodes - 1, bytes, false) +
+             chain(c, s, s.nranks / nodes, s.intra, 0, bytes, false);
     case CollKind::kAllToAll:
     case CollKind::kAllToAllv: {
       // Blocks past TRNCCL_AGGREGATE_MAX_BYTES go straight to their ranks, all at once: as the

@@ -35,7 +35,9 @@ section() {  # title, trnccl-topo arguments...
   section "trn2.48xlarge, 4 nodes (64 ranks)" --preset trn2.48xlarge --nodes 4
   section "trn2.48xlarge, 64 nodes (1024 ranks)" --preset trn2.48xlarge --nodes 64
   section "trn2 UltraServer (trn2u.48xlarge), 4 nodes (64 ranks)" --preset trn2u.48xlarge --nodes 4
-  section "This machine: 4 ranks on one node" --ranks-per-node 4
-  section "This machine: 2 emulated nodes x 2 ranks" --nodes 2 --ranks-per-node 2
+  # As a job here plans: 4 ranks on the development machine's 2 cores, and 2 emulated nodes
+  # sharing them, one core each (planner_replay.py does the same).
+  section "This machine: 4 ranks on one node (2 cores)" --ranks-per-node 4 --cores 2
+  section "This machine: 2 emulated nodes x 2 ranks (one core each)" --nodes 2 --ranks-per-node 2 --cores 1
 } >"$out"
 echo "wrote $out"

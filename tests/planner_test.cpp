@@ -192,6 +192,43 @@ TEST(CostModel, TinyReduceScattersGoThroughTheLines) {
       2 * c.syncUs + c.stepUs);
 }
 
+// With more ranks than cores a broadcast's chain cannot overlap its hops (each forwarding rank
+// needs a busy core), so on 2 nodes x 2 ranks the ring's chain (shm, efa, shm) costs more than
+// the hierarchical broadcast (efa, then shm in both nodes at once), as measured; with a core
+// per rank the pipelined ring stays ahead. A reduce's chain keeps the overlap either way.
+TEST(CostModel, OversubscribedBroadcastChainsPayEveryHop) {
+  PlanShape shape;
+  shape.nranks = 4;
+  shape.nodes = 2;
+  shape.perNode = 2;
+  shape.allLocal = false;
+  shape.hierarchicalFits = true;
+  const CostParams c = machineCosts();
+  const size_t bytes = size_t{64} << 20;
+  double reduceByRing[2];
+  for (bool oversubscribed : {false, true}) {
+    shape.oversubscribed = oversubscribed;
+    const double ring = modeledUs(Algorithm::kRing, CollKind::kBroadcast, bytes, shape, c);
+    const double hierarchical =
+        modeledUs(Algorithm::kHierarchical, CollKind::kBroadcast, bytes, shape, c);
+    EXPECT_EQ(ring > hierarchical, oversubscribed)
+        << "ring " << ring << " us, hierarchical " << hierarchical << " us";
+    reduceByRing[oversubscribed] = modeledUs(Algorithm::kRing, CollKind::kReduce, bytes, shape, c);
+  }
+  EXPECT_DOUBLE_EQ(reduceByRing[0], reduceByRing[1]);
+  // Pieces pay every hop: one more piece costs the sum of the three hops' messages.
+  const double piece = static_cast<double>(shape.windowBytes);
+  const double one = modeledUs(Algorithm::kRing, CollKind::kBroadcast, shape.windowBytes, shape, c);
+  const double two =
+      modeledUs(Algorithm::kRing, CollKind::kBroadcast, 2 * shape.windowBytes, shape, c);
+  const LinkCost& shm = c.of(topology::LinkClass::kShm);
+  const LinkCost& efa = c.of(topology::LinkClass::kEfa);
+  EXPECT_NEAR(two - one,
+              2 * (shm.alphaUs + piece / (shm.gbps * 1e3)) + efa.alphaUs +
+                  piece / (efa.gbps * 1e3) + 3 * c.stepUs,
+              1e-6);
+}
+
 // A communicator's view with the shm protocol's default limits.
 CommView viewOf(int nranks, bool allLocal) {
   CommView view;
