@@ -470,7 +470,12 @@ void Communicator::buildPlanner(const Settings& s) {
   if (cmaReadable_)
     view.cma = cmaBand(segment_.params().cmaMinBytes, segment_.params().cmaMaxBytes,
                        segment_.params().kernelCopyPermille);
-  view.oversubscribed = oversubscribed();
+  // Every rank must plan alike, and machines may differ in cores and ranks: the planner sees
+  // oversubscription only where every rank shares this machine (one node, or nodes emulated
+  // on it), which every rank then computes alike.
+  bool everyRankHere = true;
+  for (const auto& p : peers_) everyRankHere &= p.kernelHash == peers_[rank_].kernelHash;
+  view.oversubscribed = everyRankHere && oversubscribed();
   planner_ = std::make_unique<Planner>(view, s.algo, s.costs);
 }
 

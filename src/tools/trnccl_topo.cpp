@@ -50,9 +50,10 @@ const char* kUsage =
     "  --tuning FILE a tuning file (trnccl-tune, TRNCCL_TUNING_FILE) over those defaults\n"
     "  --cores N     cores per node (default: this machine's). With this machine's costs the\n"
     "                plan is the one a job here makes at init: whether its ranks outnumber the\n"
-    "                cores, and the single-copy (CMA) band init times (TRNCCL_CMA*; emulated\n"
-    "                nodes sharing this machine: give each its share, e.g. --cores 1 for 2 on\n"
-    "                2 cores)\n";
+    "                cores, and the single-copy (CMA) band init times (TRNCCL_CMA*). Several\n"
+    "                nodes: separate machines like this one, unless --cores is given, which\n"
+    "                says they are emulated on this machine, each with that share of its\n"
+    "                cores (e.g. --cores 1 for 2 nodes on 2 cores)\n";
 
 int stats(const std::string& dir) {
   DIR* d = opendir(dir.c_str());
@@ -131,9 +132,11 @@ double busFactor(CollKind kind, int n) {
 // What a job on one of these nodes learns at init besides the topology, when it runs on this
 // machine: whether a node's ranks outnumber its cores, and the CMA band the node's first rank
 // times (comm_init.cpp, attachSegment). Init also probes that the ranks may read each other;
-// the plan assumes they may.
-Status machineFacts(int ranksPerNode, unsigned cores, CommView* view) {
-  view->oversubscribed = static_cast<unsigned>(ranksPerNode) > cores;
+// the plan assumes they may. The planner sees oversubscription only where every rank shares
+// one machine (comm_init.cpp, buildPlanner): one node, or nodes emulated on this machine, which
+// --cores giving each node its share says.
+Status machineFacts(int ranksPerNode, unsigned cores, bool oneMachine, CommView* view) {
+  view->oversubscribed = oneMachine && static_cast<unsigned>(ranksPerNode) > cores;
   auto cma = env::getBool(env::kCma);
   TRNCCL_RETURN_IF_ERROR(cma.status());
   auto minBytes = env::getInt(env::kCmaMinBytes);
@@ -153,7 +156,7 @@ Status machineFacts(int ranksPerNode, unsigned cores, CommView* view) {
 }
 
 int printPlan(const topology::Topology& topo, const CostParams& costs, bool verbose,
-              bool onThisMachine, unsigned cores) {
+              bool onThisMachine, unsigned cores, bool coresGiven) {
   const int rank = 0;  // every rank plans alike
   CommView view;
   view.rank = rank;
@@ -186,7 +189,8 @@ int printPlan(const topology::Topology& topo, const CostParams& costs, bool verb
   view.pipelineChunks = static_cast<int>(slices.value());
   if (onThisMachine) {
     const int ranksPerNode = static_cast<int>(topo.ranksOfNode(0).size());
-    if (Status facts = machineFacts(ranksPerNode, cores, &view); !facts.isOk()) {
+    if (Status facts = machineFacts(ranksPerNode, cores, topo.nnodes() == 1 || coresGiven, &view);
+        !facts.isOk()) {
       std::fprintf(stderr, "trnccl-topo: %s\n", facts.message().c_str());
       return 1;
     }
@@ -279,6 +283,7 @@ int main(int argc, char** argv) {
                  "trnccl-topo: --nodes must be 1-65536, --ranks-per-node and --cores >= 0\n");
     return 2;
   }
+  const bool coresGiven = cores != 0;
   if (cores == 0) cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // The command line stands in for the variables, so discovery runs exactly as in a job.
   if (!file.empty()) setenv(env::kTopoFile.name, file.c_str(), 1);
@@ -342,5 +347,5 @@ int main(int argc, char** argv) {
     return 1;
   }
   return printPlan(topo.value(), costs.value(), verbose, costsKind == "machine",
-                   static_cast<unsigned>(cores));
+                   static_cast<unsigned>(cores), coresGiven);
 }
