@@ -39,31 +39,6 @@ std::set<std::pair<int, int>> pairsOnNode0(const DeviceGraph& g) {
   return pairs;
 }
 
-// Sets an environment variable for one test and restores it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    hadOld_ = old != nullptr;
-    if (old) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (hadOld_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool hadOld_ = false;
-};
-
 TEST(NeuronSysfs, Trn2TreeIsA4x4TorusOfNeuronLinkV3) {
   auto g = readNeuronSysfs(kSysfs + "/trn2");
   ASSERT_TRUE(g.isOk()) << g.status().message();
@@ -242,7 +217,7 @@ Discovery presetDiscovery(const std::string& name) {
 }
 
 TEST(Presets, AJobThatDoesNotFitIsRefusedNamingPresetCountsAndVariable) {
-  ScopedEnv devices("TRNCCL_NEURON_DEVICES", nullptr);
+  env::ScopedOverride devices(env::kNeuronDevices, nullptr);
   auto chip = chipOfLocalRank(presetDiscovery("trn2.48xlarge"), 0, 3, 40, "hostA");
   ASSERT_FALSE(chip.isOk());
   const std::string m = chip.status().message();
@@ -253,12 +228,12 @@ TEST(Presets, AJobThatDoesNotFitIsRefusedNamingPresetCountsAndVariable) {
 
 TEST(Presets, NeuronDevicesMapsLocalRanksToChips) {
   {
-    ScopedEnv devices("TRNCCL_NEURON_DEVICES", "0,1,4,5");
+    env::ScopedOverride devices(env::kNeuronDevices, "0,1,4,5");
     EXPECT_EQ(chipOfLocalRank(presetDiscovery("trn2.48xlarge"), 0, 2, 4, "h").value(), 4);
     EXPECT_FALSE(chipOfLocalRank(presetDiscovery("trn2.48xlarge"), 0, 0, 5, "h").isOk());
   }
   for (const char* bad : {"0,16", "0,0", "0,x"}) {
-    ScopedEnv devices("TRNCCL_NEURON_DEVICES", bad);
+    env::ScopedOverride devices(env::kNeuronDevices, bad);
     auto chip = chipOfLocalRank(presetDiscovery("trn2.48xlarge"), 0, 0, 2, "h");
     ASSERT_FALSE(chip.isOk()) << bad;
     EXPECT_NE(chip.status().message().find("TRNCCL_NEURON_DEVICES"), std::string::npos);
@@ -270,31 +245,31 @@ TEST(Discovery, FileThenPresetThenSysfsThenNone) {
   FILE* out = std::fopen(file.c_str(), "w");
   std::fputs("trnccl-topology 1\ndevice 0:0\ndevice 0:1\nlink 0:0 0:1 kind=nl bw=5\n", out);
   std::fclose(out);
-  ScopedEnv sysfs("TRNCCL_NEURON_SYSFS", (kSysfs + "/trn1").c_str());
+  env::ScopedOverride sysfs(env::kNeuronSysfs, (kSysfs + "/trn1").c_str());
   {
-    ScopedEnv f("TRNCCL_TOPO_FILE", file.c_str());
-    ScopedEnv p("TRNCCL_TOPO_PRESET", "trn2.48xlarge");
+    env::ScopedOverride f(env::kTopoFile, file.c_str());
+    env::ScopedOverride p(env::kTopoPreset, "trn2.48xlarge");
     auto d = discoverDevices();
     ASSERT_TRUE(d.isOk()) << d.status().message();
     EXPECT_EQ(d.value().kind, Discovery::Kind::kFile);
     EXPECT_EQ(d.value().graph.devices.size(), 2u);
   }
   {
-    ScopedEnv f("TRNCCL_TOPO_FILE", nullptr);
-    ScopedEnv p("TRNCCL_TOPO_PRESET", "trn2.48xlarge");
+    env::ScopedOverride f(env::kTopoFile, nullptr);
+    env::ScopedOverride p(env::kTopoPreset, "trn2.48xlarge");
     EXPECT_EQ(discoverDevices().value().kind, Discovery::Kind::kPreset);
   }
   {
-    ScopedEnv f("TRNCCL_TOPO_FILE", nullptr);
-    ScopedEnv p("TRNCCL_TOPO_PRESET", nullptr);
+    env::ScopedOverride f(env::kTopoFile, nullptr);
+    env::ScopedOverride p(env::kTopoPreset, nullptr);
     auto d = discoverDevices();
     EXPECT_EQ(d.value().kind, Discovery::Kind::kSysfs);
     EXPECT_EQ(d.value().graph.devices.front().arch, "trainium1");
-    ScopedEnv none("TRNCCL_NEURON_SYSFS", (kSysfs + "/does-not-exist").c_str());
+    env::ScopedOverride none(env::kNeuronSysfs, (kSysfs + "/does-not-exist").c_str());
     EXPECT_EQ(discoverDevices().value().kind, Discovery::Kind::kNone);
   }
   {
-    ScopedEnv f("TRNCCL_TOPO_FILE", (file + ".missing").c_str());
+    env::ScopedOverride f(env::kTopoFile, (file + ".missing").c_str());
     auto d = discoverDevices();
     ASSERT_FALSE(d.isOk());
     EXPECT_NE(d.status().message().find("TRNCCL_TOPO_FILE"), std::string::npos);
@@ -303,12 +278,12 @@ TEST(Discovery, FileThenPresetThenSysfsThenNone) {
 
 TEST(Discovery, SysfsAndNoneTakeTheHostNicsFromHwloc) {
   // The hwloc fixture: two packages, two EFA devices behind each.
-  ScopedEnv xml("TRNCCL_TOPO_XML",
-                (std::string(TRNCCL_FIXTURES_DIR) + "/trn_two_numa_four_efa.xml").c_str());
-  ScopedEnv f("TRNCCL_TOPO_FILE", nullptr);
-  ScopedEnv p("TRNCCL_TOPO_PRESET", nullptr);
+  env::ScopedOverride xml(
+      env::kTopoXml, (std::string(TRNCCL_FIXTURES_DIR) + "/trn_two_numa_four_efa.xml").c_str());
+  env::ScopedOverride f(env::kTopoFile, nullptr);
+  env::ScopedOverride p(env::kTopoPreset, nullptr);
   for (const char* tree : {"trn2", "does-not-exist"}) {
-    ScopedEnv sysfs("TRNCCL_NEURON_SYSFS", (kSysfs + "/" + tree).c_str());
+    env::ScopedOverride sysfs(env::kNeuronSysfs, (kSysfs + "/" + tree).c_str());
     auto d = discoverDevices();
     ASSERT_TRUE(d.isOk()) << d.status().message();
     std::vector<std::pair<std::string, int>> nics;

@@ -81,6 +81,25 @@ TEST(Env, EveryDeclaredVariableIsListed) {
   EXPECT_EQ(listed.size(), env::all().size()) << "a variable is listed twice";
 }
 
+// Tools and tests set variables for a scope (trnccl-tune's probes, -X tuned=FILE): what was
+// there before comes back, set or unset, also when one scope sets the same variable twice.
+TEST(Env, ScopedOverridePutsBackWhatWasThere) {
+  const env::Var& set = env::kTopoPreset;
+  const env::Var& unset = env::kTopoFile;
+  setenv(set.name, "before", 1);
+  unsetenv(unset.name);
+  {
+    env::ScopedOverride scope(set, nullptr);
+    scope.set(unset, "during");
+    scope.set(unset, "again");
+    EXPECT_EQ(env::rawValue(set), nullptr);
+    EXPECT_STREQ(env::rawValue(unset), "again");
+  }
+  EXPECT_STREQ(env::rawValue(set), "before");
+  EXPECT_EQ(env::rawValue(unset), nullptr);
+  unsetenv(set.name);
+}
+
 TEST(Copy, StreamingAndCachedCopiesMatchByteForByteAtEveryAlignment) {
   std::mt19937 gen(11);
   std::vector<unsigned char> src(70000 + 64), cached(src.size()), streamed(src.size());

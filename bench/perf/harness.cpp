@@ -392,18 +392,16 @@ int perfMain(int argc, char** argv, const PerfCollective& coll) {
   for (const std::string& name : o.algos) {
     // "tuned=FILE": the planner's choice with FILE's costs (its init reads TRNCCL_TUNING_FILE).
     const bool tuned = name.rfind("tuned=", 0) == 0;
-    const char* planned = std::getenv("TRNCCL_TUNING_FILE");
-    const std::string savedTuning = planned ? planned : "";
-    if (tuned) setenv("TRNCCL_TUNING_FILE", name.c_str() + 6, 1);
     trncclConfig_t config = TRNCCL_CONFIG_INITIALIZER;
     config.algorithm = name == "default" || tuned ? nullptr : name.c_str();
     config.commName = tuned ? "tuned" : name.c_str();
     trncclComm_t forced = nullptr;
-    const trncclResult_t split = trncclCommSplit(comm, 0, rank, &forced, &config);
-    if (tuned && planned)
-      setenv("TRNCCL_TUNING_FILE", savedTuning.c_str(), 1);
-    else if (tuned)
-      unsetenv("TRNCCL_TUNING_FILE");
+    trncclResult_t split;
+    {
+      env::ScopedOverride planWith;
+      if (tuned) planWith.set(env::kTuningFile, name.c_str() + 6);
+      split = trncclCommSplit(comm, 0, rank, &forced, &config);
+    }
     if (split != trncclSuccess) {
       // A refused configuration is reported on the thread (there is no new communicator).
       const char* why = trncclGetLastError(comm);

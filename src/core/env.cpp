@@ -336,6 +336,24 @@ Result<bool> getBool(const Var& var) {
   return badValue(var, value, "a boolean (0/1)");
 }
 
+void ScopedOverride::set(const Var& var, const char* value) {
+  const char* old = rawValue(var);
+  saved_.push_back({&var, old != nullptr, old ? old : ""});
+  if (value)
+    setenv(var.name, value, 1);
+  else
+    unsetenv(var.name);
+}
+
+ScopedOverride::~ScopedOverride() {
+  for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+    if (it->wasSet)
+      setenv(it->var->name, it->value.c_str(), 1);
+    else
+      unsetenv(it->var->name);
+  }
+}
+
 std::string describeAll() {
   std::string out;
   for (const Var* var : all()) {

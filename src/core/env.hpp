@@ -92,4 +92,25 @@ Result<bool> getBool(const Var& var);
 // Human-readable table of every variable with its current value.
 std::string describeAll();
 
+// Sets registered variables for a scope and puts back what was there when it ends: for tools
+// and tests that create communicators under other settings (trnccl-tune's probes, the perf
+// tools' -X tuned=FILE, the topology tests). A value of nullptr unsets the variable.
+class ScopedOverride {
+ public:
+  ScopedOverride() = default;
+  ScopedOverride(const Var& var, const char* value) { set(var, value); }
+  ScopedOverride(const ScopedOverride&) = delete;
+  ScopedOverride& operator=(const ScopedOverride&) = delete;
+  ~ScopedOverride();
+  void set(const Var& var, const char* value);
+
+ private:
+  struct Saved {
+    const Var* var;
+    bool wasSet;
+    std::string value;
+  };
+  std::vector<Saved> saved_;
+};
+
 }  // namespace trnccl::env

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <memory>
 
 #include "api/handles.hpp"
 #include "core/copy.hpp"
+#include "core/env.hpp"
 #include "core/reduce.hpp"
 #include "core/strformat.hpp"
 
@@ -40,33 +40,14 @@ struct LinkSetup {
   const char* hostId;
 };
 
-// Environment for one measurement, set alike on every rank and restored afterwards.
-struct ScopedEnv {
-  std::vector<std::pair<std::string, std::string>> saved;  // name, old value ("\x01" = unset)
-  void set(const char* name, const char* value) {
-    const char* old = std::getenv(name);
-    saved.emplace_back(name, old ? old : "\x01");
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  void setFor(const LinkSetup& setup) {
-    set("TRNCCL_TRANSPORT", setup.transportList);
-    set("TRNCCL_TOPO_PRESET", setup.preset);
-    set("TRNCCL_TOPO_FILE", nullptr);
-    set("TRNCCL_NEURON_DEVICES", nullptr);
-    if (setup.hostId) set("TRNCCL_HOSTID", setup.hostId);
-  }
-  ~ScopedEnv() {
-    for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
-      if (it->second == "\x01")
-        unsetenv(it->first.c_str());
-      else
-        setenv(it->first.c_str(), it->second.c_str(), 1);
-    }
-  }
-};
+// Sets the environment for a probe of that class, alike on every rank, until *env ends.
+void setFor(const LinkSetup& setup, env::ScopedOverride* env) {
+  env->set(env::kTransport, setup.transportList);
+  env->set(env::kTopoPreset, setup.preset);
+  env->set(env::kTopoFile, nullptr);
+  env->set(env::kNeuronDevices, nullptr);
+  if (setup.hostId) env->set(env::kHostId, setup.hostId);
+}
 
 // A communicator of some of the job's ranks with one algorithm forced, and its shape as the
 // planner prices it.
@@ -112,29 +93,18 @@ bool carriedBy(const Probe& probe, trncclTransport_t transport) {
   return false;
 }
 
-enum class Call { kAllGather, kAllReduce };
-
-CollKind kindOf(Call call) {
-  return call == Call::kAllGather ? CollKind::kAllGather : CollKind::kAllReduce;
-}
-
 // The slowest rank's time of one call of `bytes` as modeledUs counts them (an all-gather's
 // whole output, an all-reduce's buffer of floats): the median of job.repeats timings of
 // back-to-back calls.
-double callUs(const TuneJob& job, const Probe& probe, Call call, size_t bytes, bool* ok) {
+double callUs(const TuneJob& job, const Probe& probe, CollKind call, size_t bytes, bool* ok) {
   std::vector<char> in(std::max<size_t>(bytes, 8)), out(in.size());
   const int iterations =
       std::clamp<int>(static_cast<int>(4e6 / std::max<size_t>(bytes, 8192)), 2, 500);
   auto once = [&]() {
-    switch (call) {
-      case Call::kAllGather:
-        return trncclAllGather(in.data(), out.data(), bytes / probe.nranks, trncclUint8,
-                               probe.comm);
-      case Call::kAllReduce:
-        return trncclAllReduce(in.data(), out.data(), bytes / sizeof(float), trncclFloat32,
-                               trncclSum, probe.comm);
-    }
-    return trncclInternalError;
+    if (call == CollKind::kAllGather)
+      return trncclAllGather(in.data(), out.data(), bytes / probe.nranks, trncclUint8, probe.comm);
+    return trncclAllReduce(in.data(), out.data(), bytes / sizeof(float), trncclFloat32, trncclSum,
+                           probe.comm);
   };
   std::vector<double> samples;
   for (int rep = -1; rep < job.repeats; ++rep) {  // rep -1 warms up
@@ -159,12 +129,12 @@ using Setter = std::function<void(CostParams&, double)>;
 // (counted as modeledUs counts them) on the probe's shape, with set(costs, x), equals
 // measuredUs; the model is monotonic in each figure, and a time outside its range gives the
 // nearer bound.
-double invert(const CostParams& base, const Setter& set, Algorithm algo, Call call, size_t bytes,
-              const PlanShape& shape, double measuredUs, double lo, double hi) {
+double invert(const CostParams& base, const Setter& set, Algorithm algo, CollKind call,
+              size_t bytes, const PlanShape& shape, double measuredUs, double lo, double hi) {
   CostParams c = base;
   auto modeled = [&](double x) {
     set(c, x);
-    return modeledUs(algo, kindOf(call), bytes, shape, c);
+    return modeledUs(algo, call, bytes, shape, c);
   };
   const bool rising = modeled(hi) > modeled(lo);
   for (int i = 0; i < 80; ++i) {
@@ -176,8 +146,8 @@ double invert(const CostParams& base, const Setter& set, Algorithm algo, Call ca
   }
   return (lo + hi) / 2;
 }
-double invert(const CostParams& base, const Field& field, Algorithm algo, Call call, size_t bytes,
-              const PlanShape& shape, double measuredUs, double lo, double hi) {
+double invert(const CostParams& base, const Field& field, Algorithm algo, CollKind call,
+              size_t bytes, const PlanShape& shape, double measuredUs, double lo, double hi) {
   return invert(base, Setter([&](CostParams& c, double x) { field(c) = x; }), algo, call, bytes,
                 shape, measuredUs, lo, hi);
 }
@@ -194,9 +164,9 @@ constexpr double kMaxAlphaUs = 1e4, kMinGBps = 0.01, kMaxGBps = 1000;
 
 // Times `call` at each of kBandwidthBytes per rank, and the figure `field` at which the model
 // gives each time; the figure's median over the sizes goes into *costs.
-bool bandwidthFigure(const TuneJob& job, const Probe& probe, Algorithm algo, Call call,
+bool bandwidthFigure(const TuneJob& job, const Probe& probe, Algorithm algo, CollKind call,
                      const Field& field, CostParams* costs, std::vector<double>* times) {
-  const size_t perCall = call == Call::kAllGather ? static_cast<size_t>(probe.nranks) : 1;
+  const size_t perCall = call == CollKind::kAllGather ? static_cast<size_t>(probe.nranks) : 1;
   bool ok = true;
   for (size_t bytes : kBandwidthBytes)
     if (ok) times->push_back(callUs(job, probe, call, bytes * perCall, &ok));
@@ -218,15 +188,15 @@ bool ringLink(const TuneJob& job, const Probe& probe, LinkClass link, CostParams
   const Field gbpsOf = [link](CostParams& c) -> double& { return c.of(link).gbps; };
   const size_t tinyBytes = 8 * static_cast<size_t>(probe.nranks);
   bool ok = true;
-  const double tiny = callUs(job, probe, Call::kAllGather, tinyBytes, &ok);
+  const double tiny = callUs(job, probe, CollKind::kAllGather, tinyBytes, &ok);
   if (!ok) return false;
   auto alphaFor = [&]() {
-    return invert(*costs, alphaOf, Algorithm::kRing, Call::kAllGather, tinyBytes, probe.shape, tiny,
-                  0, kMaxAlphaUs);
+    return invert(*costs, alphaOf, Algorithm::kRing, CollKind::kAllGather, tinyBytes, probe.shape,
+                  tiny, 0, kMaxAlphaUs);
   };
   alphaOf(*costs) = alphaFor();
   std::vector<double> times;
-  if (!bandwidthFigure(job, probe, Algorithm::kRing, Call::kAllGather, gbpsOf, costs, &times))
+  if (!bandwidthFigure(job, probe, Algorithm::kRing, CollKind::kAllGather, gbpsOf, costs, &times))
     return false;
   alphaOf(*costs) = alphaFor();
   *note = strformat(
@@ -276,20 +246,20 @@ constexpr size_t kSyncBytes = 1 << 10;
 // no time to reduce in.)
 bool directFigures(const TuneJob& job, const Probe& probe, CostParams* costs, std::string* note) {
   bool ok = true;
-  const double small = callUs(job, probe, Call::kAllReduce, kSyncBytes, &ok);
+  const double small = callUs(job, probe, CollKind::kAllReduce, kSyncBytes, &ok);
   if (!ok) return false;
   costs->syncUs = invert(
       *costs, [](CostParams& c) -> double& { return c.syncUs; }, Algorithm::kDirect,
-      Call::kAllReduce, kSyncBytes, probe.shape, small, 0, kMaxAlphaUs);
+      CollKind::kAllReduce, kSyncBytes, probe.shape, small, 0, kMaxAlphaUs);
   const double ratio = reduceOverCopy(job);
   const Setter hostSpeed = [ratio](CostParams& c, double copy) {
     c.copyGBps = copy;
     c.reduceGBps = copy * ratio;
   };
   std::vector<double> times, levels;
-  for (Call call : {Call::kAllGather, Call::kAllReduce})
+  for (CollKind call : {CollKind::kAllGather, CollKind::kAllReduce})
     for (size_t perRank : kBandwidthBytes) {
-      const size_t bytes = perRank * (call == Call::kAllGather ? probe.nranks : 1);
+      const size_t bytes = perRank * (call == CollKind::kAllGather ? probe.nranks : 1);
       times.push_back(callUs(job, probe, call, bytes, &ok));
       if (!ok) return false;
       levels.push_back(invert(*costs, hostSpeed, Algorithm::kDirect, call, bytes, probe.shape,
@@ -334,8 +304,8 @@ constexpr const char* kSingleRank = "not measured (a single rank on rank 0's nod
 // traffic counters say that class carried them. False when a call failed.
 bool linkFigures(const TuneJob& job, int color, bool measurable, const LinkSetup& setup,
                  CostParams* costs, std::string* note) {
-  ScopedEnv env;
-  env.setFor(setup);
+  env::ScopedOverride env;
+  setFor(setup, &env);
   Probe probe;
   *note = kSingleRank;
   if (!openProbe(job, color, "ring", &probe, note) || !measurable) return true;
@@ -378,8 +348,8 @@ bool measureRound(const TuneJob& job, CostParams* costs, std::vector<std::string
     notes->push_back(strformat("%s: %s", topology::linkClassName(setup.link), note.c_str()));
     if (setup.link != LinkClass::kShm) continue;
     // The direct schedules' figures, inside each node over shm as well.
-    ScopedEnv env;
-    env.setFor(setup);
+    env::ScopedOverride env;
+    setFor(setup, &env);
     Probe probe;
     note = kSingleRank;
     if (openProbe(job, node, "direct", &probe, &note) && nodeHasPeers &&
