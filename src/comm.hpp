@@ -150,6 +150,8 @@ class Communicator {
   void buildPlanner(const Settings& settings);
   void adaptToCores();
   bool oversubscribed() const;  // more ranks on this machine than it has cores
+  // This communicator's own ranks that share this machine's kernel (this one included).
+  int ranksSharingThisMachine() const;
   void logInit() const;
   Status dumpTopology() const;  // comm_topology.cpp
   Status push(const std::shared_ptr<Operation>& op);

@@ -473,9 +473,7 @@ void Communicator::buildPlanner(const Settings& s) {
   // Every rank must plan alike, and machines may differ in cores and ranks: the planner sees
   // oversubscription only where every rank shares this machine (one node, or nodes emulated
   // on it), which every rank then computes alike.
-  bool everyRankHere = true;
-  for (const auto& p : peers_) everyRankHere &= p.kernelHash == peers_[rank_].kernelHash;
-  view.oversubscribed = everyRankHere && oversubscribed();
+  view.oversubscribed = ranksSharingThisMachine() == nranks_ && oversubscribed();
   planner_ = std::make_unique<Planner>(view, s.algo, s.costs);
 }
 
@@ -486,10 +484,14 @@ void Communicator::buildPlanner(const Settings& s) {
 // A split counts its parent's ranks: two node communicators of 2 ranks each on a 2-core machine
 // spun their whole budget while the other's ranks held the cores, and calls took a scheduler
 // slice (5 ms) instead of tens of microseconds (trnccl-tune on 2 emulated nodes x 2 ranks).
+int Communicator::ranksSharingThisMachine() const {
+  return static_cast<int>(std::count_if(peers_.begin(), peers_.end(), [&](const auto& p) {
+    return p.kernelHash == peers_[rank_].kernelHash;
+  }));
+}
+
 unsigned Communicator::ranksOnThisMachine() const {
-  unsigned onThisMachine = 0;
-  for (const auto& p : peers_) onThisMachine += p.kernelHash == peers_[rank_].kernelHash;
-  return std::max(onThisMachine, options_.parentRanksOnMachine);
+  return std::max(static_cast<unsigned>(ranksSharingThisMachine()), options_.parentRanksOnMachine);
 }
 
 bool Communicator::oversubscribed() const {
