@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "collectives/levels.hpp"
 #include "collectives/shapes.hpp"
 #include "core/strformat.hpp"
 #include "core/text_file.hpp"
@@ -64,10 +65,21 @@ LinkClass pairLink(const PlanShape& s, int distance) {
 LinkClass ringLink(const PlanShape& s) {
   return s.nodes == 1 ? s.intra : LinkClass::kEfa;
 }
+// The senders that queue for one node's efa capacity when `perNode` ranks of every node send
+// across nodes at once. Where the nodes are emulated on one machine whose ranks outnumber its
+// cores (the only case in which a plan spanning nodes is oversubscribed, comm_init.cpp), every
+// node's efa bytes are the same cores' kernel copying, so the senders of all nodes queue.
+int efaQueue(const PlanShape& s, int perNode) {
+  return perNode * (s.oversubscribed && s.nodes > 1 ? s.nodes : 1);
+}
 // How many ranks of a node send across nodes at once when every rank sends to the rank
 // `distance` after it (ranks lie node by node): those within `distance` of the node's end.
-int nodeSenders(const PlanShape& s, int distance) {
+int pairSenders(const PlanShape& s, int distance) {
   return std::max(1, std::min({distance, s.perNode, s.nranks - distance}));
+}
+// ... and how many queue for the node's efa capacity when every rank of every node sends.
+int nodeSenders(const PlanShape& s, int distance) {
+  return efaQueue(s, pairSenders(s, distance));
 }
 // Schedules whose partners are arbitrary rank pairs (pairwise exchange, Bruck, dissemination).
 LinkClass anyPairLink(const PlanShape& s) {
@@ -204,9 +216,9 @@ double ringFamily(CollKind kind, double bytes, const PlanShape& s, const CostPar
   const int n = s.nranks;
   const LinkClass link = ringLink(s);
   switch (kind) {
-    case CollKind::kAllReduce: return allReduceOverLevels(c, {{n, link}}, bytes);
-    case CollKind::kAllGather: return overLevels(c, {{n, link}}, bytes, false);
-    case CollKind::kReduceScatter: return overLevels(c, {{n, link}}, bytes, true);
+    case CollKind::kAllReduce: return allReduceOverLevels(c, {{n, link, efaQueue(s, 1)}}, bytes);
+    case CollKind::kAllGather: return overLevels(c, {{n, link, efaQueue(s, 1)}}, bytes, false);
+    case CollKind::kReduceScatter: return overLevels(c, {{n, link, efaQueue(s, 1)}}, bytes, true);
     // The ring goes node by node: nodes - 1 of its hops cross nodes.
     case CollKind::kBroadcast: return chain(c, s, n, link, s.nodes - 1, bytes, false);
     case CollKind::kReduce: return chain(c, s, n, link, s.nodes - 1, bytes, true);
@@ -280,9 +292,28 @@ double bruckAllToAll(const PlanShape& s, const CostParams& c, double bytes) {
 
 double binomial(const PlanShape& s, const CostParams& c, double bytes, bool reduces) {
   double t = 0;
+  // Rooted: a round's senders are the ranks that already hold the data (or a partial sum),
+  // not every rank of every node, so the emulated nodes' efa queue (efaQueue) is not charged.
   for (int mask = 1; mask < s.nranks; mask *= 2)
-    t += message(c, pairLink(s, mask), bytes, nodeSenders(s, mask)) + c.stepUs +
+    t += message(c, pairLink(s, mask), bytes, pairSenders(s, mask)) + c.stepUs +
          (reduces ? landedReduceUs(c, bytes) : 0);
+  return t;
+}
+
+// What the grid all-gather and reduce-scatter (collectives/levels.hpp) add to their levels'
+// messages: small blocks are staged through scratch in grid order (the whole buffer in and out
+// once more); larger ones go where they lie in rank order, each part as one message per run of
+// consecutive ranks (at level i up to the product of the outer levels' sizes). The own block's
+// copy is left out, as it is for the ring and direct schedules, which make it too.
+double gridExtrasUs(const CostParams& c, const std::vector<Level>& levels, double bytes,
+                    int nranks) {
+  if (gridStages(static_cast<size_t>(bytes / nranks))) return copyUs(c, bytes + bytes / nranks);
+  double t = 0;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    int runs = 1;
+    for (size_t j = i + 1; j < levels.size(); ++j) runs *= levels[j].size;
+    t += (levels[i].size - 1) * (runs - 1) * (message(c, levels[i].link, 0) + c.stepUs);
+  }
   return t;
 }
 
@@ -291,17 +322,17 @@ double hierarchical(CollKind kind, double bytes, const PlanShape& s, const CostP
   if (!s.hierarchicalFits) return kNever;
   const int k = s.perNode, nodes = s.nodes;
   // Across nodes every rank exchanges with its peers of the same local rank at once.
-  const std::vector<Level> levels = {{k, s.intra}, {nodes, LinkClass::kEfa, k}};
+  const std::vector<Level> levels = {{k, s.intra}, {nodes, LinkClass::kEfa, efaQueue(s, k)}};
   // Uneven nodes: the ranks past the smallest node's size hand their input to an owner first
   // (and get the result back), or go through node leaders.
   const double uneven = s.uniform ? 0 : 2 * message(c, s.intra, bytes);
   switch (kind) {
     case CollKind::kAllReduce: return pipelinedAllReduce(c, levels, bytes, slices) + uneven;
-    // The grid stages every block through scratch: in and out once more.
     case CollKind::kAllGather:
-      return overLevels(c, levels, bytes, false) + copyUs(c, bytes + bytes / s.nranks) + uneven;
+      return overLevels(c, levels, bytes, false) + gridExtrasUs(c, levels, bytes, s.nranks) +
+             uneven;
     case CollKind::kReduceScatter:
-      return overLevels(c, levels, bytes, true) + copyUs(c, bytes + bytes / s.nranks) + uneven;
+      return overLevels(c, levels, bytes, true) + gridExtrasUs(c, levels, bytes, s.nranks) + uneven;
     case CollKind::kBroadcast:
       return chain(c, s, nodes, LinkClass::kEfa, nodes - 1, bytes, false) +
              chain(c, s, s.nranks / nodes, s.intra, 0, bytes, false);
@@ -317,8 +348,10 @@ double hierarchical(CollKind kind, double bytes, const PlanShape& s, const CostP
       const double perNode = bytes / nodes;  // what one rank sends to one node
       const double rounds = std::ceil(static_cast<double>(nodes - 1) / k);
       return (k - 1) * (message(c, s.intra, bytes / s.nranks) + c.stepUs) +
-             rounds * (2 * (k - 1) * (message(c, s.intra, perNode) + c.stepUs) +
-                       message(c, LinkClass::kEfa, k * perNode, std::min(k, nodes - 1)) + c.stepUs);
+             rounds *
+                 (2 * (k - 1) * (message(c, s.intra, perNode) + c.stepUs) +
+                  message(c, LinkClass::kEfa, k * perNode, efaQueue(s, std::min(k, nodes - 1))) +
+                  c.stepUs);
     }
     default: return kNever;
   }
@@ -336,8 +369,10 @@ double torus(CollKind kind, double bytes, const PlanShape& s, const CostParams& 
   }
   switch (kind) {
     case CollKind::kAllReduce: return pipelinedAllReduce(c, levels, bytes, slices);
-    case CollKind::kAllGather: return overLevels(c, levels, bytes, false);
-    case CollKind::kReduceScatter: return overLevels(c, levels, bytes, true);
+    case CollKind::kAllGather:
+      return overLevels(c, levels, bytes, false) + gridExtrasUs(c, levels, bytes, s.nranks);
+    case CollKind::kReduceScatter:
+      return overLevels(c, levels, bytes, true) + gridExtrasUs(c, levels, bytes, s.nranks);
     default: return kNever;
   }
 }

@@ -76,6 +76,25 @@ struct GridLayout {
       result.push_back({(base + v * span[i]) * count, span[i] * count});
     return result;
   }
+  // The same parts where their blocks lie in a buffer in rank order (gridRanks: the rank at
+  // each grid index): one piece per run of consecutive ranks.
+  std::vector<Pieces> partsInRankOrder(const std::vector<RingGroup>& levels, size_t i, size_t count,
+                                       const std::vector<int>& gridRanks) const {
+    size_t base = 0;
+    for (size_t j = 0; j < i; ++j) base += levels[j].pos * span[j];
+    std::vector<Pieces> result(levels[i].size());
+    for (int v = 0; v < levels[i].size(); ++v) {
+      for (size_t g = base + v * span[i]; g < base + (v + 1) * span[i]; ++g) {
+        const size_t at = static_cast<size_t>(gridRanks[g]) * count;
+        Pieces& pieces = result[v];
+        if (!pieces.empty() && pieces.back().begin + pieces.back().count == at)
+          pieces.back().count += count;
+        else
+          pieces.push_back({at, count});
+      }
+    }
+    return result;
+  }
 };
 
 }  // namespace
@@ -108,6 +127,14 @@ void allGatherOverGrid(ScheduleBuilder& b, const CollArgs& a, const std::vector<
                        const std::vector<int>& gridRanks) {
   const size_t blockBytes = a.count * elementSize(a);
   const GridLayout grid(levels);
+  const int myRank = gridRanks[grid.mine];
+  if (!gridStages(blockBytes)) {
+    b.copy(byteAt(a.recvbuff, myRank * blockBytes), a.sendbuff, blockBytes);
+    for (size_t i = levels.size(); i-- > 0;)
+      ringAllGatherParts(b, levels[i], a, a.recvbuff,
+                         grid.partsInRankOrder(levels, i, a.count, gridRanks), 0);
+    return;
+  }
   char* gathered = b.scratch(gridRanks.size() * blockBytes);
   b.copy(gathered + grid.mine * blockBytes, a.sendbuff, blockBytes);
   for (size_t i = levels.size(); i-- > 0;)
@@ -121,19 +148,32 @@ void reduceScatterOverGrid(ScheduleBuilder& b, const CollArgs& a,
                            int nranks) {
   const size_t blockBytes = a.count * elementSize(a);
   const GridLayout grid(levels);
+  const int myRank = gridRanks[grid.mine];
   char* sums = b.scratch(gridRanks.size() * blockBytes);
-  for (size_t g = 0; g < gridRanks.size(); ++g)
-    b.copy(sums + g * blockBytes, byteAt(a.sendbuff, gridRanks[g] * blockBytes), blockBytes);
+  const bool staged = gridStages(blockBytes);
+  if (staged)
+    for (size_t g = 0; g < gridRanks.size(); ++g)
+      b.copy(sums + g * blockBytes, byteAt(a.sendbuff, gridRanks[g] * blockBytes), blockBytes);
   size_t lastUsed = levels.size();
   for (size_t i = 0; i < levels.size(); ++i)
     if (levels[i].size() > 1) lastUsed = i;
+  // Unstaged, the first level reads the input where it lies and the partial sums go to
+  // scratch in rank order.
+  const void* source = staged ? sums : a.sendbuff;
   for (size_t i = 0; i < levels.size(); ++i) {
     if (levels[i].size() < 2) continue;
+    const int divisor = i == lastUsed && a.op == trncclAvg ? nranks : 0;
     // Rotated by one: position p ends with the part of coordinate value p, its own.
-    ringReduceScatterParts(b, levels[i], a, sums, sums, rotated(grid.parts(levels, i, a.count), 1),
-                           i == lastUsed && a.op == trncclAvg ? nranks : 0);
+    if (staged)
+      ringReduceScatterParts(b, levels[i], a, sums, sums,
+                             rotated(grid.parts(levels, i, a.count), 1), divisor);
+    else
+      ringReduceScatterParts(b, levels[i], a, source, sums,
+                             rotated(grid.partsInRankOrder(levels, i, a.count, gridRanks), 1),
+                             divisor);
+    source = sums;
   }
-  b.copy(a.recvbuff, sums + grid.mine * blockBytes, blockBytes);
+  b.copy(a.recvbuff, byteAt(source, (staged ? grid.mine : myRank) * blockBytes), blockBytes);
 }
 
 }  // namespace trnccl

@@ -22,6 +22,15 @@ void allReduceOverLevels(ScheduleBuilder& b, const CollArgs& a, const void* in, 
 // and so on, so that the node's links and the network work at the same time.
 void allReduceOverLevelsPipelined(ScheduleBuilder& b, const CollArgs& a, const void* in, void* out,
                                   const std::vector<RingGroup>& levels, int nranks, int chunks);
+// Whether the grid collectives below stage every block through scratch in grid order (one
+// message per part, two more copies of the buffer) rather than send each part's blocks where
+// they lie in rank order (one message per run of consecutive ranks). Staging pays only where
+// a block copies in less time than a message's overhead; the cost model reads it too.
+constexpr size_t kGridUnstagedMinBlockBytes = size_t{64} << 10;
+inline bool gridStages(size_t blockBytes) {
+  return blockBytes < kGridUnstagedMinBlockBytes;
+}
+
 // All-gather of a.count elements per rank: outer levels first (small blocks), then inner.
 // gridRanks: the rank at each grid index (coordinate 0 varies slowest).
 void allGatherOverGrid(ScheduleBuilder& b, const CollArgs& a, const std::vector<RingGroup>& levels,

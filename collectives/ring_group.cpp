@@ -25,24 +25,26 @@ std::vector<Span> splitParts(size_t begin, size_t count, int n) {
   return parts;
 }
 
-std::vector<Span> rotated(const std::vector<Span>& parts, int by) {
-  const int n = static_cast<int>(parts.size());
-  std::vector<Span> result(n);
-  for (int j = 0; j < n; ++j) result[j] = parts[(((j - by) % n) + n) % n];
-  return result;
-}
-
 namespace {
 
 struct PartsOf {
-  const std::vector<Span>& parts;
+  const std::vector<Pieces>& parts;
   size_t esize;
   int n;
-  const Span& part(int s) const { return parts[((s % n) + n) % n]; }
-  const char* at(const void* buf, int s) const { return byteAt(buf, part(s).begin * esize); }
-  char* at(void* buf, int s) const { return byteAt(buf, part(s).begin * esize); }
-  size_t bytes(int s) const { return part(s).count * esize; }
+  const Pieces& part(int s) const { return parts[((s % n) + n) % n]; }
+  const char* at(const void* buf, const Span& piece) const {
+    return byteAt(buf, piece.begin * esize);
+  }
+  char* at(void* buf, const Span& piece) const { return byteAt(buf, piece.begin * esize); }
+  size_t bytes(const Span& piece) const { return piece.count * esize; }
 };
+
+std::vector<Pieces> onePieceEach(const std::vector<Span>& parts) {
+  std::vector<Pieces> result;
+  result.reserve(parts.size());
+  for (const Span& part : parts) result.push_back({part});
+  return result;
+}
 
 }  // namespace
 
@@ -50,29 +52,45 @@ struct PartsOf {
 // reduced the step before) and receives part p - t - 1, reducing its own input into it as the
 // fragments land.
 void ringReduceScatterParts(ScheduleBuilder& b, const RingGroup& g, const CollArgs& a,
-                            const void* in, void* out, const std::vector<Span>& parts,
+                            const void* in, void* out, const std::vector<Pieces>& parts,
                             int lastDivisor) {
   const int n = g.size(), p = g.pos;
   const PartsOf of{parts, elementSize(a), n};
   for (int t = 0; t < n - 1; ++t) {
     const int sendPart = p - t, recvPart = p - t - 1;
     ConcurrentSteps together(b);
-    b.send(g.next(), t == 0 ? of.at(in, sendPart) : of.at(out, sendPart), of.bytes(sendPart));
-    RecvAction reduce{RecvAction::Kind::kReduce, a.dtype, a.op, of.at(in, recvPart),
-                      t == n - 2 ? lastDivisor : 0};
-    b.recv(g.prev(), of.at(out, recvPart), of.bytes(recvPart), reduce);
+    for (const Span& piece : of.part(sendPart))
+      b.send(g.next(), t == 0 ? of.at(in, piece) : of.at(out, piece), of.bytes(piece));
+    for (const Span& piece : of.part(recvPart)) {
+      RecvAction reduce{RecvAction::Kind::kReduce, a.dtype, a.op, of.at(in, piece),
+                        t == n - 2 ? lastDivisor : 0};
+      b.recv(g.prev(), of.at(out, piece), of.bytes(piece), reduce);
+    }
+  }
+}
+
+void ringReduceScatterParts(ScheduleBuilder& b, const RingGroup& g, const CollArgs& a,
+                            const void* in, void* out, const std::vector<Span>& parts,
+                            int lastDivisor) {
+  ringReduceScatterParts(b, g, a, in, out, onePieceEach(parts), lastDivisor);
+}
+
+void ringAllGatherParts(ScheduleBuilder& b, const RingGroup& g, const CollArgs& a, void* buf,
+                        const std::vector<Pieces>& parts, int own) {
+  const int n = g.size(), p = g.pos;
+  const PartsOf of{parts, elementSize(a), n};
+  for (int t = 0; t < n - 1; ++t) {
+    ConcurrentSteps together(b);
+    for (const Span& piece : of.part(p + own - t))
+      b.send(g.next(), of.at(buf, piece), of.bytes(piece));
+    for (const Span& piece : of.part(p + own - t - 1))
+      b.recv(g.prev(), of.at(buf, piece), of.bytes(piece));
   }
 }
 
 void ringAllGatherParts(ScheduleBuilder& b, const RingGroup& g, const CollArgs& a, void* buf,
                         const std::vector<Span>& parts, int own) {
-  const int n = g.size(), p = g.pos;
-  const PartsOf of{parts, elementSize(a), n};
-  for (int t = 0; t < n - 1; ++t) {
-    ConcurrentSteps together(b);
-    b.send(g.next(), of.at(buf, p + own - t), of.bytes(p + own - t));
-    b.recv(g.prev(), of.at(buf, p + own - t - 1), of.bytes(p + own - t - 1));
-  }
+  ringAllGatherParts(b, g, a, buf, onePieceEach(parts), own);
 }
 
 }  // namespace trnccl

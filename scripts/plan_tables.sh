@@ -4,6 +4,10 @@
 # Run after scripts/build.sh; the tables change only when the model or its defaults change.
 # usage: bash scripts/plan_tables.sh [OUTPUT]   (default docs/PLANS.md)
 set -euo pipefail
+case "${1:-}" in
+  -h|--help) sed -n 2,5p "$0"; exit 0 ;;
+  -*) echo "plan_tables.sh: unknown option $1 (usage: bash scripts/plan_tables.sh [OUTPUT])" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 out="${1:-docs/PLANS.md}"
 topo=build/src/trnccl-topo

@@ -341,6 +341,55 @@ TEST_P(Collectives, AllGather) {
   });
 }
 
+// The grid schedules (hierarchical, torus) send blocks of 64 KiB and more where they lie in
+// rank order instead of staging them in grid order (collectives/levels.hpp,
+// kGridUnstagedMinBlockBytes); the sweep's counts stay below that in these configurations
+// (quick mode), so blocks just past it are checked here: on 2 nodes x 3 ranks each node's
+// part is two runs (ranks p and 3 + p), on the 4x4 torus the x rings' parts are columns.
+TEST_P(Collectives, GridBlocksPastTheStagingLimit) {
+  if (algo() != "hier2x3" && algo() != "torus16")
+    GTEST_SKIP() << "only the grid schedules stage blocks";
+  run([](Failures& f, trncclComm_t comm, int rank, int n) {
+    std::vector<Bytes> inputs, blocks(n);
+    Bytes mine, want;
+    Guarded out;
+    const size_t limit = size_t{64} << 10;
+    for (auto [t, op] : {std::pair{trncclFloat32, trncclSum}, std::pair{trncclBfloat16, trncclAvg},
+                         std::pair{trncclInt8, trncclMax}}) {
+      const size_t esize = typeSize(t);
+      for (size_t count : {limit / esize - 1, limit / esize + 3}) {
+        const size_t bytes = count * esize;
+        inputsOf(inputs, t, op, n, count, saltOf(t, op, count));
+        want.clear();
+        for (const auto& in : inputs) want.insert(want.end(), in.begin(), in.end());
+        for (bool inPlace : {false, true}) {
+          std::string what = label("AllGather", t, op, count, inPlace, rank);
+          out.reset(bytes * n);
+          if (inPlace) copyBytes(out.ptr() + rank * bytes, inputs[rank].data(), bytes);
+          const void* send = inPlace ? out.ptr() + rank * bytes : inputs[rank].data();
+          if (!ok(f, trncclAllGather(send, out.ptr(), count, t, comm), what)) return;
+          expectSame(f, what, out.ptr(), want.data(), count * n, t);
+          if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+        }
+        const uint64_t salt = saltOf(t, op, count) + 2;
+        makeInput(mine, t, op, rank, count * n, salt);
+        for (int q = 0; q < n; ++q) makeInputRange(blocks[q], t, op, q, rank * count, count, salt);
+        reduceReference(want, t, op, pointers(blocks), 0, count);
+        for (bool inPlace : {false, true}) {
+          std::string what = label("ReduceScatter", t, op, count, inPlace, rank);
+          out.reset(inPlace ? bytes * n : bytes);
+          if (inPlace) copyBytes(out.ptr(), mine.data(), bytes * n);
+          char* recv = inPlace ? out.ptr() + rank * bytes : out.ptr();
+          const void* send = inPlace ? out.ptr() : mine.data();
+          if (!ok(f, trncclReduceScatter(send, recv, count, t, op, comm), what)) return;
+          expectSame(f, what, recv, want.data(), count, t);
+          if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+        }
+      }
+    }
+  });
+}
+
 TEST_P(Collectives, Broadcast) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
     Bytes data;
