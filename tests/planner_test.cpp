@@ -229,6 +229,51 @@ TEST(CostModel, OversubscribedBroadcastChainsPayEveryHop) {
               1e-6);
 }
 
+// Nodes emulated on one oversubscribed machine: every node's efa senders queue on the same
+// cores (efaQueue), so the flat ring's all-gather, whose two nodes each send a quarter per step,
+// pays both quarters per step; separate machines (not oversubscribed) are unchanged. And the
+// grid all-gather stages blocks under 64 KiB (copy(S + S/n)) but sends larger ones where they
+// lie, one more message per extra run of ranks in a part.
+TEST(CostModel, EmulatedNodesQueueEveryNodesEfaSendersAndLargeGridBlocksAreNotStaged) {
+  PlanShape shape;
+  shape.nranks = 4;
+  shape.nodes = 2;
+  shape.perNode = 2;
+  shape.allLocal = false;
+  shape.hierarchicalFits = true;
+  const CostParams c = machineCosts();
+  const LinkCost& efa = c.of(topology::LinkClass::kEfa);
+  const LinkCost& shm = c.of(topology::LinkClass::kShm);
+  const size_t bytes = size_t{64} << 20;
+  const double quarterUs = bytes / 4.0 / (efa.gbps * 1e3);
+  const double ringApart = modeledUs(Algorithm::kRing, CollKind::kAllGather, bytes, shape, c);
+  const double hierApart =
+      modeledUs(Algorithm::kHierarchical, CollKind::kAllGather, bytes, shape, c);
+  shape.oversubscribed = true;
+  const double ringTogether = modeledUs(Algorithm::kRing, CollKind::kAllGather, bytes, shape, c);
+  const double hierTogether =
+      modeledUs(Algorithm::kHierarchical, CollKind::kAllGather, bytes, shape, c);
+  EXPECT_NEAR(ringTogether - ringApart, 3 * quarterUs, 1e-6 * ringApart);
+  // The hierarchical schedule's efa level already queued the node's two senders; now four.
+  EXPECT_NEAR(hierTogether - hierApart, 2 * quarterUs, 1e-6 * hierApart);
+  EXPECT_LT(ringApart, hierApart);
+  EXPECT_GT(ringTogether, hierTogether);
+  // 64 MiB in 16 MiB blocks: the levels' messages plus one more shm message (the node ring's
+  // part is two runs of ranks), no copy. 64 KiB in 16 KiB blocks: the levels plus copy(S + S/n).
+  shape.oversubscribed = false;
+  const double halfUs = bytes / 2.0 / (shm.gbps * 1e3);
+  EXPECT_NEAR(hierApart,
+              (shm.alphaUs + halfUs + c.stepUs) + (efa.alphaUs + 2 * quarterUs + c.stepUs) +
+                  (shm.alphaUs + c.stepUs),
+              1e-6 * hierApart);
+  const double small = 64 << 10;
+  EXPECT_NEAR(modeledUs(Algorithm::kHierarchical, CollKind::kAllGather, 64 << 10, shape, c),
+              (shm.alphaUs + small / 2 / (shm.gbps * 1e3) + c.stepUs) +
+                  (efa.alphaUs + 2 * small / 4 / (efa.gbps * 1e3) + c.stepUs) +
+                  (small + small / 4) / (c.copyGBps * 1e3),
+              1e-9);
+}
+
 // A communicator's view with the shm protocol's default limits.
 CommView viewOf(int nranks, bool allLocal) {
   CommView view;
