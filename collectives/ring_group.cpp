@@ -1,6 +1,7 @@
 #include "collectives/ring_group.hpp"
 
 #include <algorithm>
+#include <span>
 
 #include "collectives/direct_rounds.hpp"
 
@@ -27,23 +28,44 @@ std::vector<Span> splitParts(size_t begin, size_t count, int n) {
 
 namespace {
 
-struct PartsOf {
-  const std::vector<Pieces>& parts;
-  size_t esize;
-  int n;
-  const Pieces& part(int s) const { return parts[((s % n) + n) % n]; }
-  const char* at(const void* buf, const Span& piece) const {
-    return byteAt(buf, piece.begin * esize);
+// Each ring step sends one part and receives another; a part is one or more pieces (runs of
+// the buffer), each its own message. piecesOf(s): part s (mod n) as a span of pieces, so the
+// one-span form needs no allocation per call.
+template <typename PiecesOf>
+void reduceScatterRing(ScheduleBuilder& b, const RingGroup& g, const CollArgs& a, const void* in,
+                       void* out, int lastDivisor, PiecesOf piecesOf) {
+  const int n = g.size(), p = g.pos;
+  const size_t esize = elementSize(a);
+  for (int t = 0; t < n - 1; ++t) {
+    ConcurrentSteps together(b);
+    for (const Span& piece : piecesOf(p - t))
+      b.send(g.next(), byteAt(t == 0 ? in : out, piece.begin * esize), piece.count * esize);
+    for (const Span& piece : piecesOf(p - t - 1)) {
+      RecvAction reduce{RecvAction::Kind::kReduce, a.dtype, a.op, byteAt(in, piece.begin * esize),
+                        t == n - 2 ? lastDivisor : 0};
+      b.recv(g.prev(), byteAt(out, piece.begin * esize), piece.count * esize, reduce);
+    }
   }
-  char* at(void* buf, const Span& piece) const { return byteAt(buf, piece.begin * esize); }
-  size_t bytes(const Span& piece) const { return piece.count * esize; }
-};
+}
 
-std::vector<Pieces> onePieceEach(const std::vector<Span>& parts) {
-  std::vector<Pieces> result;
-  result.reserve(parts.size());
-  for (const Span& part : parts) result.push_back({part});
-  return result;
+template <typename PiecesOf>
+void allGatherRing(ScheduleBuilder& b, const RingGroup& g, const CollArgs& a, void* buf, int own,
+                   PiecesOf piecesOf) {
+  const int n = g.size(), p = g.pos;
+  const size_t esize = elementSize(a);
+  for (int t = 0; t < n - 1; ++t) {
+    ConcurrentSteps together(b);
+    for (const Span& piece : piecesOf(p + own - t))
+      b.send(g.next(), byteAt(buf, piece.begin * esize), piece.count * esize);
+    for (const Span& piece : piecesOf(p + own - t - 1))
+      b.recv(g.prev(), byteAt(buf, piece.begin * esize), piece.count * esize);
+  }
+}
+
+template <typename Part>
+const Part& partAt(const std::vector<Part>& parts, int s) {
+  const int n = static_cast<int>(parts.size());
+  return parts[((s % n) + n) % n];
 }
 
 }  // namespace
@@ -52,45 +74,28 @@ std::vector<Pieces> onePieceEach(const std::vector<Span>& parts) {
 // reduced the step before) and receives part p - t - 1, reducing its own input into it as the
 // fragments land.
 void ringReduceScatterParts(ScheduleBuilder& b, const RingGroup& g, const CollArgs& a,
-                            const void* in, void* out, const std::vector<Pieces>& parts,
+                            const void* in, void* out, const std::vector<Span>& parts,
                             int lastDivisor) {
-  const int n = g.size(), p = g.pos;
-  const PartsOf of{parts, elementSize(a), n};
-  for (int t = 0; t < n - 1; ++t) {
-    const int sendPart = p - t, recvPart = p - t - 1;
-    ConcurrentSteps together(b);
-    for (const Span& piece : of.part(sendPart))
-      b.send(g.next(), t == 0 ? of.at(in, piece) : of.at(out, piece), of.bytes(piece));
-    for (const Span& piece : of.part(recvPart)) {
-      RecvAction reduce{RecvAction::Kind::kReduce, a.dtype, a.op, of.at(in, piece),
-                        t == n - 2 ? lastDivisor : 0};
-      b.recv(g.prev(), of.at(out, piece), of.bytes(piece), reduce);
-    }
-  }
+  reduceScatterRing(b, g, a, in, out, lastDivisor,
+                    [&](int s) { return std::span<const Span>(&partAt(parts, s), 1); });
 }
 
 void ringReduceScatterParts(ScheduleBuilder& b, const RingGroup& g, const CollArgs& a,
-                            const void* in, void* out, const std::vector<Span>& parts,
+                            const void* in, void* out, const std::vector<Pieces>& parts,
                             int lastDivisor) {
-  ringReduceScatterParts(b, g, a, in, out, onePieceEach(parts), lastDivisor);
-}
-
-void ringAllGatherParts(ScheduleBuilder& b, const RingGroup& g, const CollArgs& a, void* buf,
-                        const std::vector<Pieces>& parts, int own) {
-  const int n = g.size(), p = g.pos;
-  const PartsOf of{parts, elementSize(a), n};
-  for (int t = 0; t < n - 1; ++t) {
-    ConcurrentSteps together(b);
-    for (const Span& piece : of.part(p + own - t))
-      b.send(g.next(), of.at(buf, piece), of.bytes(piece));
-    for (const Span& piece : of.part(p + own - t - 1))
-      b.recv(g.prev(), of.at(buf, piece), of.bytes(piece));
-  }
+  reduceScatterRing(b, g, a, in, out, lastDivisor,
+                    [&](int s) { return std::span<const Span>(partAt(parts, s)); });
 }
 
 void ringAllGatherParts(ScheduleBuilder& b, const RingGroup& g, const CollArgs& a, void* buf,
                         const std::vector<Span>& parts, int own) {
-  ringAllGatherParts(b, g, a, buf, onePieceEach(parts), own);
+  allGatherRing(b, g, a, buf, own,
+                [&](int s) { return std::span<const Span>(&partAt(parts, s), 1); });
+}
+
+void ringAllGatherParts(ScheduleBuilder& b, const RingGroup& g, const CollArgs& a, void* buf,
+                        const std::vector<Pieces>& parts, int own) {
+  allGatherRing(b, g, a, buf, own, [&](int s) { return std::span<const Span>(partAt(parts, s)); });
 }
 
 }  // namespace trnccl

@@ -160,7 +160,10 @@ double invert(const CostParams& base, const Field& field, Algorithm algo, CollKi
 // pick the ring where direct was 1.2-1.6x faster. Figures from 16 MiB alone chose best on the
 // run they were measured in and worst over the tables of other days (docs/PLANNER.md).
 constexpr size_t kBandwidthBytes[] = {1 << 20, 4 << 20, 16 << 20};
-constexpr double kMaxAlphaUs = 1e4, kMinGBps = 0.01, kMaxGBps = 1000;
+// A link's latency is at least kMinAlphaUs: where the tiny call measured no more than the
+// step's own time (step_us is timed separately, and a slow minute, or a sanitizer build, can
+// time it above a 2-rank exchange), the fit would say the link costs nothing at all.
+constexpr double kMinAlphaUs = 0.01, kMaxAlphaUs = 1e4, kMinGBps = 0.01, kMaxGBps = 1000;
 
 // Times `call` at each of kBandwidthBytes per rank, and the figure `field` at which the model
 // gives each time; the figure's median over the sizes goes into *costs.
@@ -192,7 +195,7 @@ bool ringLink(const TuneJob& job, const Probe& probe, LinkClass link, CostParams
   if (!ok) return false;
   auto alphaFor = [&]() {
     return invert(*costs, alphaOf, Algorithm::kRing, CollKind::kAllGather, tinyBytes, probe.shape,
-                  tiny, 0, kMaxAlphaUs);
+                  tiny, kMinAlphaUs, kMaxAlphaUs);
   };
   alphaOf(*costs) = alphaFor();
   std::vector<double> times;
