@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "core/clock.hpp"
 #include "core/dtype.hpp"
@@ -65,18 +66,58 @@ Result<bool> Operation::progress(ExecContext& ctx) {
   return true;
 }
 
+namespace {
+
+// Disjoint runs of user memory that a call's copies write, merged as they are added.
+class WrittenRuns {
+ public:
+  bool overlaps(const void* at, size_t bytes) const {
+    if (bytes == 0 || runs_.empty()) return false;
+    const uintptr_t p = reinterpret_cast<uintptr_t>(at), end = p + bytes;
+    auto it = runs_.upper_bound(p);  // the first run starting after p
+    if (it != runs_.end() && it->first < end) return true;
+    return it != runs_.begin() && std::prev(it)->second > p;
+  }
+  void add(const void* at, size_t bytes) {
+    if (bytes == 0) return;
+    uintptr_t p = reinterpret_cast<uintptr_t>(at), end = p + bytes;
+    auto it = runs_.upper_bound(p);
+    if (it != runs_.begin() && std::prev(it)->second >= p) {
+      --it;
+      p = it->first;
+      end = std::max(end, it->second);
+      it = runs_.erase(it);
+    }
+    while (it != runs_.end() && it->first <= end) {
+      end = std::max(end, it->second);
+      it = runs_.erase(it);
+    }
+    runs_.emplace(p, end);
+  }
+
+ private:
+  std::map<uintptr_t, uintptr_t> runs_;
+};
+
+}  // namespace
+
 // Counts what the plan copies into user memory (window-to-buffer copies, reads of peers'
 // buffers and shared-memory receives) and switches the whole call to streaming stores past the
 // threshold, so that one large call does not sweep the caches line by line with read-for-ownership
 // traffic. Not when the call also reads the memory it writes (in place): there the lines being
 // overwritten were just read and sit in the cache, and a streaming store would have to evict each
-// one.
+// one. Where the schedule says so (Schedule::streamUnlessReadBack: all-gather), only a step that
+// reads what an earlier copy of the call wrote, or a read overlapping a transfer's copy (those
+// progress in no fixed order with the steps), keeps the copies cached.
 void Operation::chooseCopyKind(const ExecContext& ctx) {
   if (ctx.streamCopyBytes == 0) return;
   Schedule& s = *schedule_;
   auto inUser = [&](const void* p) { return !ctx.segment || !ctx.segment->contains(p); };
   auto isUserCopy = [](const TransferOp& t) {
     return t.dst && t.action.kind == RecvAction::Kind::kCopy;
+  };
+  auto copiesToUser = [&](const Step& step) {
+    return (step.kind == StepKind::kCopy || step.kind == StepKind::kCmaRead) && inUser(step.dst);
   };
   // The hull of everything written; a read inside it counts as in place (a false positive
   // only costs the streaming stores).
@@ -90,14 +131,20 @@ void Operation::chooseCopyKind(const ExecContext& ctx) {
     userBytes += bytes;
   };
   for (const Step& step : s.steps)
-    if ((step.kind == StepKind::kCopy || step.kind == StepKind::kCmaRead) && inUser(step.dst))
-      wrote(step.dst, step.bytes);
+    if (copiesToUser(step)) wrote(step.dst, step.bytes);
   for (const TransferOp& t : s.transfers)
     if (isUserCopy(t)) wrote(t.dst, t.bytes);
   if (userBytes < ctx.streamCopyBytes) return;
+  WrittenRuns byTransfers, bySteps;
+  if (s.streamUnlessReadBack)
+    for (const TransferOp& t : s.transfers)
+      if (isUserCopy(t)) byTransfers.add(t.dst, t.bytes);
   auto readsOutput = [&](const void* src, size_t bytes) {
+    if (!bytes || !inUser(src)) return false;
+    if (s.streamUnlessReadBack)
+      return bySteps.overlaps(src, bytes) || byTransfers.overlaps(src, bytes);
     auto* p = static_cast<const char*>(src);
-    return bytes && inUser(src) && p < hi && p + bytes > lo;
+    return p < hi && p + bytes > lo;
   };
   const size_t esize = dtypeSize(s.dtype);
   for (const Step& step : s.steps) {
@@ -105,7 +152,9 @@ void Operation::chooseCopyKind(const ExecContext& ctx) {
     if (step.kind == StepKind::kReduce)
       for (uint32_t i = 0; i < step.n; ++i)
         if (readsOutput(s.pointers[step.first + i], step.bytes * esize)) return;
+    if (s.streamUnlessReadBack && copiesToUser(step)) bySteps.add(step.dst, step.bytes);
   }
+  if (s.streamUnlessReadBack) bySteps.add(lo, static_cast<size_t>(hi - lo));  // transfers: any
   for (const TransferOp& t : s.transfers)
     if (readsOutput(t.src, t.bytes) || (t.action.local && readsOutput(t.action.local, t.bytes)))
       return;

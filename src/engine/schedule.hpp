@@ -84,6 +84,7 @@ struct Schedule {
     descriptor = {};  // a call that publishes none must not carry the last one's
     signature = 0;
     userCopies = CopyKind::kCached;
+    streamUnlessReadBack = false;
   }
 
   std::vector<Step> steps;
@@ -97,6 +98,10 @@ struct Schedule {
   trncclDataType_t dtype = trncclUint8;
   trncclRedOp_t op = trncclSum;
   uint32_t groups = 0;
+  // Operation::chooseCopyKind's rule for this call: false, no streaming stores when any read
+  // falls in the range the call writes; true (all-gather), only when a step reads what an
+  // earlier copy of the call wrote.
+  bool streamUnlessReadBack = false;
   // How kCopy steps write into user memory; copies into the segment always stay cached.
   CopyKind userCopies = CopyKind::kCached;
 };
