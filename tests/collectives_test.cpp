@@ -282,62 +282,84 @@ std::vector<size_t> perBlock(int n, std::vector<size_t> counts) {
   return counts;
 }
 
+// One reduce-scatter of `count` elements per rank checked against the serial reference, out of
+// place and in place (recvbuff this rank's block of sendbuff); returns false when a call failed.
+struct ReduceScatterCheck {
+  Bytes mine, want;
+  std::vector<Bytes> blocks;  // block `rank` of every rank's input
+  Guarded buf, out;
+
+  bool run(Failures& f, trncclComm_t comm, int rank, int n, trncclDataType_t t, trncclRedOp_t op,
+           size_t count) {
+    blocks.resize(n);
+    size_t esize = typeSize(t), bytes = count * esize;
+    uint64_t salt = saltOf(t, op, count) + 2;
+    makeInput(mine, t, op, rank, count * n, salt);
+    for (int q = 0; q < n; ++q) makeInputRange(blocks[q], t, op, q, rank * count, count, salt);
+    reduceReference(want, t, op, pointers(blocks), 0, count);
+    for (bool inPlace : {false, true}) {
+      std::string what = label("ReduceScatter", t, op, count, inPlace, rank);
+      if (inPlace) {
+        buf.reset(bytes * n);
+        copyBytes(buf.ptr(), mine.data(), bytes * n);
+        char* recv = buf.ptr() + rank * bytes;
+        if (!ok(f, trncclReduceScatter(buf.ptr(), recv, count, t, op, comm), what)) return false;
+        expectSame(f, what, recv, want.data(), count, t);
+        if (!buf.guardIntact()) f.add("%s wrote past the end", what.c_str());
+      } else {
+        out.reset(bytes);
+        if (!ok(f, trncclReduceScatter(mine.data(), out.ptr(), count, t, op, comm), what))
+          return false;
+        expectSame(f, what, out.ptr(), want.data(), count, t);
+        if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+      }
+    }
+    return true;
+  }
+};
+
 TEST_P(Collectives, ReduceScatter) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
-    Bytes mine, want;
-    std::vector<Bytes> blocks(n);  // block `rank` of every rank's input
-    Guarded buf, out;
+    ReduceScatterCheck check;
     for (auto t : reducibleTypes())
       for (auto op : allOps())
-        for (size_t count : perBlock(n, sweepCounts(t, op))) {
-          size_t esize = typeSize(t), bytes = count * esize;
-          uint64_t salt = saltOf(t, op, count) + 2;
-          makeInput(mine, t, op, rank, count * n, salt);
-          for (int q = 0; q < n; ++q)
-            makeInputRange(blocks[q], t, op, q, rank * count, count, salt);
-          reduceReference(want, t, op, pointers(blocks), 0, count);
-          for (bool inPlace : {false, true}) {
-            std::string what = label("ReduceScatter", t, op, count, inPlace, rank);
-            if (inPlace) {  // recvbuff is this rank's block of sendbuff
-              buf.reset(bytes * n);
-              copyBytes(buf.ptr(), mine.data(), bytes * n);
-              char* recv = buf.ptr() + rank * bytes;
-              if (!ok(f, trncclReduceScatter(buf.ptr(), recv, count, t, op, comm), what)) return;
-              expectSame(f, what, recv, want.data(), count, t);
-              if (!buf.guardIntact()) f.add("%s wrote past the end", what.c_str());
-            } else {
-              out.reset(bytes);
-              if (!ok(f, trncclReduceScatter(mine.data(), out.ptr(), count, t, op, comm), what))
-                return;
-              expectSame(f, what, out.ptr(), want.data(), count, t);
-              if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
-            }
-          }
-        }
+        for (size_t count : perBlock(n, sweepCounts(t, op)))
+          if (!check.run(f, comm, rank, n, t, op, count)) return;
   });
 }
 
+// One all-gather of `count` elements per rank checked against the serial reference, out of
+// place and in place; `inputOp` and `salt` pick the inputs. Returns false when a call failed.
+struct AllGatherCheck {
+  std::vector<Bytes> inputs;
+  Bytes want;
+  Guarded out;
+
+  bool run(Failures& f, trncclComm_t comm, int rank, int n, trncclDataType_t t,
+           trncclRedOp_t inputOp, uint64_t salt, size_t count) {
+    size_t bytes = count * typeSize(t);
+    inputsOf(inputs, t, inputOp, n, count, salt);
+    want.clear();
+    for (const auto& in : inputs) want.insert(want.end(), in.begin(), in.end());
+    for (bool inPlace : {false, true}) {
+      std::string what = label("AllGather", t, inputOp, count, inPlace, rank);
+      out.reset(bytes * n);
+      if (inPlace) copyBytes(out.ptr() + rank * bytes, inputs[rank].data(), bytes);
+      const void* send = inPlace ? out.ptr() + rank * bytes : inputs[rank].data();
+      if (!ok(f, trncclAllGather(send, out.ptr(), count, t, comm), what)) return false;
+      expectSame(f, what, out.ptr(), want.data(), count * n, t);
+      if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
+    }
+    return true;
+  }
+};
+
 TEST_P(Collectives, AllGather) {
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
-    std::vector<Bytes> inputs;
-    Bytes want;
-    Guarded out;
+    AllGatherCheck check;
     for (auto t : allTypes())
-      for (size_t count : perBlock(n, sweepCounts(t))) {
-        size_t bytes = count * typeSize(t);
-        inputsOf(inputs, t, trncclMax, n, count, saltOf(t, 7, count));
-        want.clear();
-        for (const auto& in : inputs) want.insert(want.end(), in.begin(), in.end());
-        for (bool inPlace : {false, true}) {
-          std::string what = label("AllGather", t, trncclSum, count, inPlace, rank);
-          out.reset(bytes * n);
-          if (inPlace) copyBytes(out.ptr() + rank * bytes, inputs[rank].data(), bytes);
-          const void* send = inPlace ? out.ptr() + rank * bytes : inputs[rank].data();
-          if (!ok(f, trncclAllGather(send, out.ptr(), count, t, comm), what)) return;
-          expectSame(f, what, out.ptr(), want.data(), count * n, t);
-          if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
-        }
-      }
+      for (size_t count : perBlock(n, sweepCounts(t)))
+        if (!check.run(f, comm, rank, n, t, trncclMax, saltOf(t, 7, count), count)) return;
   });
 }
 
@@ -350,42 +372,16 @@ TEST_P(Collectives, GridBlocksPastTheStagingLimit) {
   if (algo() != "hier2x3" && algo() != "torus16")
     GTEST_SKIP() << "only the grid schedules stage blocks";
   run([](Failures& f, trncclComm_t comm, int rank, int n) {
-    std::vector<Bytes> inputs, blocks(n);
-    Bytes mine, want;
-    Guarded out;
+    AllGatherCheck allGather;
+    ReduceScatterCheck reduceScatter;
     const size_t limit = size_t{64} << 10;
     for (auto [t, op] : {std::pair{trncclFloat32, trncclSum}, std::pair{trncclBfloat16, trncclAvg},
                          std::pair{trncclInt8, trncclMax}}) {
       const size_t esize = typeSize(t);
-      for (size_t count : {limit / esize - 1, limit / esize + 3}) {
-        const size_t bytes = count * esize;
-        inputsOf(inputs, t, op, n, count, saltOf(t, op, count));
-        want.clear();
-        for (const auto& in : inputs) want.insert(want.end(), in.begin(), in.end());
-        for (bool inPlace : {false, true}) {
-          std::string what = label("AllGather", t, op, count, inPlace, rank);
-          out.reset(bytes * n);
-          if (inPlace) copyBytes(out.ptr() + rank * bytes, inputs[rank].data(), bytes);
-          const void* send = inPlace ? out.ptr() + rank * bytes : inputs[rank].data();
-          if (!ok(f, trncclAllGather(send, out.ptr(), count, t, comm), what)) return;
-          expectSame(f, what, out.ptr(), want.data(), count * n, t);
-          if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
-        }
-        const uint64_t salt = saltOf(t, op, count) + 2;
-        makeInput(mine, t, op, rank, count * n, salt);
-        for (int q = 0; q < n; ++q) makeInputRange(blocks[q], t, op, q, rank * count, count, salt);
-        reduceReference(want, t, op, pointers(blocks), 0, count);
-        for (bool inPlace : {false, true}) {
-          std::string what = label("ReduceScatter", t, op, count, inPlace, rank);
-          out.reset(inPlace ? bytes * n : bytes);
-          if (inPlace) copyBytes(out.ptr(), mine.data(), bytes * n);
-          char* recv = inPlace ? out.ptr() + rank * bytes : out.ptr();
-          const void* send = inPlace ? out.ptr() : mine.data();
-          if (!ok(f, trncclReduceScatter(send, recv, count, t, op, comm), what)) return;
-          expectSame(f, what, recv, want.data(), count, t);
-          if (!out.guardIntact()) f.add("%s wrote past the end", what.c_str());
-        }
-      }
+      for (size_t count : {limit / esize - 1, limit / esize + 3})
+        if (!allGather.run(f, comm, rank, n, t, op, saltOf(t, op, count), count) ||
+            !reduceScatter.run(f, comm, rank, n, t, op, count))
+          return;
     }
   });
 }

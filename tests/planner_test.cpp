@@ -192,17 +192,23 @@ TEST(CostModel, TinyReduceScattersGoThroughTheLines) {
       2 * c.syncUs + c.stepUs);
 }
 
-// With more ranks than cores a broadcast's chain cannot overlap its hops (each forwarding rank
-// needs a busy core), so on 2 nodes x 2 ranks the ring's chain (shm, efa, shm) costs more than
-// the hierarchical broadcast (efa, then shm in both nodes at once), as measured; with a core
-// per rank the pipelined ring stays ahead. A reduce's chain keeps the overlap either way.
-TEST(CostModel, OversubscribedBroadcastChainsPayEveryHop) {
+// 2 nodes x 2 ranks, as the emulated nodes of the benchmarks lay them out.
+PlanShape twoNodesOfTwo() {
   PlanShape shape;
   shape.nranks = 4;
   shape.nodes = 2;
   shape.perNode = 2;
   shape.allLocal = false;
   shape.hierarchicalFits = true;
+  return shape;
+}
+
+// With more ranks than cores a broadcast's chain cannot overlap its hops (each forwarding rank
+// needs a busy core), so on 2 nodes x 2 ranks the ring's chain (shm, efa, shm) costs more than
+// the hierarchical broadcast (efa, then shm in both nodes at once), as measured; with a core
+// per rank the pipelined ring stays ahead. A reduce's chain keeps the overlap either way.
+TEST(CostModel, OversubscribedBroadcastChainsPayEveryHop) {
+  PlanShape shape = twoNodesOfTwo();
   const CostParams c = machineCosts();
   const size_t bytes = size_t{64} << 20;
   double reduceByRing[2];
@@ -235,12 +241,7 @@ TEST(CostModel, OversubscribedBroadcastChainsPayEveryHop) {
 // grid all-gather stages blocks under 64 KiB (copy(S + S/n)) but sends larger ones where they
 // lie, one more message per extra run of ranks in a part.
 TEST(CostModel, EmulatedNodesQueueEveryNodesEfaSendersAndLargeGridBlocksAreNotStaged) {
-  PlanShape shape;
-  shape.nranks = 4;
-  shape.nodes = 2;
-  shape.perNode = 2;
-  shape.allLocal = false;
-  shape.hierarchicalFits = true;
+  PlanShape shape = twoNodesOfTwo();
   const CostParams c = machineCosts();
   const LinkCost& efa = c.of(topology::LinkClass::kEfa);
   const LinkCost& shm = c.of(topology::LinkClass::kShm);

@@ -135,29 +135,30 @@ void Operation::chooseCopyKind(const ExecContext& ctx) {
   for (const TransferOp& t : s.transfers)
     if (isUserCopy(t)) wrote(t.dst, t.bytes);
   if (userBytes < ctx.streamCopyBytes) return;
-  WrittenRuns byTransfers, bySteps;
+  auto inHull = [&](const void* src, size_t bytes) {
+    auto* p = static_cast<const char*>(src);
+    return bytes && inUser(src) && p < hi && p + bytes > lo;
+  };
+  // The finer rule: what earlier steps' copies wrote, and whatever transfers write.
+  WrittenRuns written;
   if (s.streamUnlessReadBack)
     for (const TransferOp& t : s.transfers)
-      if (isUserCopy(t)) byTransfers.add(t.dst, t.bytes);
-  auto readsOutput = [&](const void* src, size_t bytes) {
-    if (!bytes || !inUser(src)) return false;
-    if (s.streamUnlessReadBack)
-      return bySteps.overlaps(src, bytes) || byTransfers.overlaps(src, bytes);
-    auto* p = static_cast<const char*>(src);
-    return p < hi && p + bytes > lo;
+      if (isUserCopy(t)) written.add(t.dst, t.bytes);
+  auto stepReadsOutput = [&](const void* src, size_t bytes) {
+    if (!s.streamUnlessReadBack) return inHull(src, bytes);
+    return bytes && inUser(src) && written.overlaps(src, bytes);
   };
   const size_t esize = dtypeSize(s.dtype);
   for (const Step& step : s.steps) {
-    if (step.kind == StepKind::kCopy && readsOutput(step.src, step.bytes)) return;
+    if (step.kind == StepKind::kCopy && stepReadsOutput(step.src, step.bytes)) return;
     if (step.kind == StepKind::kReduce)
       for (uint32_t i = 0; i < step.n; ++i)
-        if (readsOutput(s.pointers[step.first + i], step.bytes * esize)) return;
-    if (s.streamUnlessReadBack && copiesToUser(step)) bySteps.add(step.dst, step.bytes);
+        if (stepReadsOutput(s.pointers[step.first + i], step.bytes * esize)) return;
+    if (s.streamUnlessReadBack && copiesToUser(step)) written.add(step.dst, step.bytes);
   }
-  if (s.streamUnlessReadBack) bySteps.add(lo, static_cast<size_t>(hi - lo));  // transfers: any
+  // Transfers progress in no fixed order with the steps: any read of theirs in the written range.
   for (const TransferOp& t : s.transfers)
-    if (readsOutput(t.src, t.bytes) || (t.action.local && readsOutput(t.action.local, t.bytes)))
-      return;
+    if (inHull(t.src, t.bytes) || (t.action.local && inHull(t.action.local, t.bytes))) return;
   s.userCopies = CopyKind::kStreaming;
   for (TransferOp& t : s.transfers)
     if (isUserCopy(t)) t.action.copy = CopyKind::kStreaming;
