@@ -75,11 +75,17 @@ void allToAllReads(const char* rank0Cma, const char* othersCma, bool expectCma,
   EXPECT_ALL_RANKS_OK(outcomes);
 }
 
-// Working in place is each rank's own choice; the single-copy form must not depend on it.
+// Working in place is each rank's own choice; the form must not depend on it alone. One rank
+// in place sends every rank through the windows (its descriptor says so): the kernel copies
+// nothing. Every rank out of place: each reads its peers' blocks by CMA (the test below).
 TEST(Cma, AllToAllWithRanksMixingInPlaceAndOutOfPlace) {
   constexpr size_t kCount = 1 << 18;  // floats: 1 MiB blocks
   auto outcomes = withComm(
-      3, [](int) { setenv("TRNCCL_ALGO", "direct", 1); },
+      3,
+      [](int) {
+        setenv("TRNCCL_ALGO", "direct", 1);
+        setenv("TRNCCL_CMA_MAX_BYTES", "1G", 1);  // the single-copy form however init timed it
+      },
       [&](Failures& f, trncclComm_t comm, int rank, int n) {
         std::vector<float> send(kCount * n), recv(kCount * n, -1.0f);
         for (int q = 0; q < n; ++q)
@@ -87,6 +93,7 @@ TEST(Cma, AllToAllWithRanksMixingInPlaceAndOutOfPlace) {
             send[q * kCount + i] = static_cast<float>(rank * 1000003 + q * 1009 + i);
         const bool inPlace = rank != 1;  // ranks 0 and 2 in place, rank 1 out of place
         if (inPlace) recv = send;
+        const uint64_t kernelBefore = shm::cmaKernelReadBytes();
         if (trncclAllToAll(inPlace ? recv.data() : send.data(), recv.data(), kCount, trncclFloat32,
                            comm) != trncclSuccess) {
           f.add("all-to-all failed: %s", trncclGetLastError(nullptr));
@@ -99,6 +106,11 @@ TEST(Cma, AllToAllWithRanksMixingInPlaceAndOutOfPlace) {
                     inPlace ? "in place" : "out of place");
               return;
             }
+        const uint64_t kernelBytes = shm::cmaKernelReadBytes() - kernelBefore;
+        if (kernelBytes != 0)
+          f.add("the kernel copied %llu bytes of peers' memory with ranks 0 and 2 in place (%s)",
+                static_cast<unsigned long long>(kernelBytes),
+                inPlace ? "in place" : "out of place");
       });
   EXPECT_ALL_RANKS_OK(outcomes);
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -117,7 +118,16 @@ std::string probeCma(pid_t pid, uint64_t probeAddress) {
   return "";
 }
 
+namespace {
+std::atomic<uint64_t> kernelReadBytes{0};
+}  // namespace
+
+uint64_t cmaKernelReadBytes() {
+  return kernelReadBytes.load(std::memory_order_relaxed);
+}
+
 Status cmaRead(pid_t pid, int peerRank, void* dst, uint64_t remoteAddress, size_t bytes) {
+  kernelReadBytes.fetch_add(bytes, std::memory_order_relaxed);
   size_t done = 0;
   while (done < bytes) {
     iovec local{static_cast<char*>(dst) + done, bytes - done};

@@ -42,5 +42,8 @@ uint64_t broadcastCmaMaxBytes(uint64_t cmaMaxBytes, uint64_t kernelCopyPermille)
 // Copies bytes from remoteAddress in process pid into dst, however many calls it takes.
 // peerRank names the peer in the error.
 Status cmaRead(pid_t pid, int peerRank, void* dst, uint64_t remoteAddress, size_t bytes);
+// Bytes this process has asked cmaRead for so far (reads of peers' memory that the kernel
+// copies, as opposed to CPU copies through a mapping), for tests.
+uint64_t cmaKernelReadBytes();
 
 }  // namespace trnccl::shm
