@@ -194,8 +194,8 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
       for (int q = 0; q < view.nranks; ++q)
         if (q != view.rank)
           later.cmaRead(byteAt(args.recvbuff, q * block), q, view.rank * block, block);
-      later.copy(byteAt(args.recvbuff, view.rank * block),
-                 byteAt(args.sendbuff, view.rank * block), block);
+      later.copy(byteAt(args.recvbuff, view.rank * block), byteAt(args.sendbuff, view.rank * block),
+                 block);
       later.waitAll(later.post());  // peers are done reading this rank's input
       return Status::ok();
     });
