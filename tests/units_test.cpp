@@ -200,7 +200,7 @@ TEST(Conversions, FloatToHalfAndBf16RoundLikeIndependentReferences) {
 }
 
 TEST(Kernels, EveryIsaEveryTypeEveryOpMatchesTheReference) {
-  for (auto [isa, fn] : supportedKernels()) {
+  for (auto [isa, fn, scaleAddFn] : supportedKernels()) {
     for (auto t : testing::reducibleTypes())
       for (auto op : testing::allOps())
         for (int nsrcs : {1, 2, 3, 8})
@@ -245,7 +245,7 @@ TEST(Kernels, HalfPrecisionEdgeValuesMatchScalarRoundingOnEveryIsa) {
         y[i] = static_cast<uint16_t>((rng() & 0x8000u) | (rng() & 0x7Fu));
       }
     }
-    for (auto [isa, fn] : supportedKernels())
+    for (auto [isa, fn, scaleAddFn] : supportedKernels())
       for (auto op : {trncclSum, trncclMax, trncclProd})
         for (int alias = 0; alias < 3; ++alias) {  // out of place, dst == x, dst == y
           std::vector<uint16_t> got = alias == 2 ? y : x;
@@ -264,6 +264,61 @@ TEST(Kernels, HalfPrecisionEdgeValuesMatchScalarRoundingOnEveryIsa) {
                 << want;
           }
         }
+  }
+}
+
+// The MoE combine's weighted sums: every variant gives the bits of an unfused multiply and add
+// per element (the product rounded, then the sum), into fp32 (in place over acc too) or rounded
+// once into the payload type, for random bit patterns incl. NaN, infinities and denormals.
+TEST(Kernels, ScaleAddRoundsTheProductAndTheSumOnEveryIsa) {
+  std::mt19937 rng(11);
+  const size_t count = 1043;  // vector bodies plus a ragged tail
+  auto sameBits = [](float a, float b) {
+    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  for (trncclDataType_t type : {trncclBfloat16, trncclFloat16, trncclFloat32}) {
+    const bool half = type != trncclFloat32;
+    auto toFloat = type == trncclBfloat16 ? bf16ToFloat : fp16ToFloat;
+    auto fromFloat = type == trncclBfloat16 ? floatToBf16 : floatToFp16;
+    std::vector<uint16_t> halves(count);
+    std::vector<float> floats(count), acc(count);
+    for (size_t i = 0; i < count; ++i) {
+      halves[i] = static_cast<uint16_t>(rng());
+      const uint32_t bits = static_cast<uint32_t>(rng());
+      std::memcpy(&floats[i], &bits, sizeof bits);
+      acc[i] = std::ldexp(static_cast<float>(static_cast<int>(rng() % 2001) - 1000), -8);
+    }
+    const void* row = half ? static_cast<const void*>(halves.data()) : floats.data();
+    auto rowValue = [&](size_t i) { return half ? toFloat(halves[i]) : floats[i]; };
+    for (auto [isa, fn, scaleAddFn] : supportedKernels())
+      for (float weight : {0.375f, -1.7f})
+        for (bool fromZero : {false, true})
+          for (bool rounded : {false, true}) {
+            std::vector<float> accOut = acc;  // in place over acc when not rounded
+            std::vector<uint16_t> outHalves(count + 1, 0x3333);
+            std::vector<float> outFloats(count + 1, 7.0f);
+            void* out = !rounded ? nullptr
+                        : half   ? static_cast<void*>(outHalves.data())
+                                 : outFloats.data();
+            scaleAddFn(
+                {type, weight, row, fromZero ? nullptr : accOut.data(), out, accOut.data(), count});
+            for (size_t i = 0; i < count; ++i) {
+              volatile float product = weight * rowValue(i);  // rounded on its own
+              const float sum = (fromZero ? 0.0f : acc[i]) + product;
+              bool ok;
+              if (!rounded)
+                ok = sameBits(accOut[i], sum);
+              else if (half)
+                ok = std::isnan(toFloat(fromFloat(sum))) ? std::isnan(toFloat(outHalves[i]))
+                                                         : outHalves[i] == fromFloat(sum);
+              else
+                ok = sameBits(outFloats[i], sum);
+              ASSERT_TRUE(ok) << isa << " " << testing::typeName(type) << " w=" << weight
+                              << " fromZero=" << fromZero << " rounded=" << rounded << " i=" << i;
+            }
+            ASSERT_EQ(outHalves[count], 0x3333) << "wrote past the end";
+            ASSERT_EQ(outFloats[count], 7.0f) << "wrote past the end";
+          }
   }
 }
 

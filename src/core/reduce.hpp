@@ -24,6 +24,22 @@ struct ReduceArgs {
 
 void reduce(const ReduceArgs& args);
 
+// The MoE combine's weighted sums: (acc ? acc : 0) + weight * row, element by element in fp32
+// (multiply, then add, each rounded: the same bits on every ISA), row in dtype (fp32, fp16 or
+// bf16). The result goes to out in dtype (rounded once) when out is set, else to accOut in
+// fp32 (which may be acc).
+struct ScaleAddArgs {
+  trncclDataType_t dtype;
+  float weight;
+  const void* row;
+  const float* acc;  // nullptr: start from zero
+  void* out;         // the result in dtype, or nullptr ...
+  float* accOut;     // ... and then here, in fp32
+  size_t count;
+};
+
+void scaleAdd(const ScaleAddArgs& args);
+
 // Name of the kernel set chosen for this CPU ("avx512", "avx2", "generic").
 const char* reduceKernelIsa();
 

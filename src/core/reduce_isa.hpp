@@ -10,21 +10,26 @@ namespace trnccl {
 namespace kernels {
 namespace generic {
 void reduce(const ReduceArgs& args);
-}
+void scaleAdd(const ScaleAddArgs& args);
+}  // namespace generic
 namespace avx2 {
 void reduce(const ReduceArgs& args);
-}
+void scaleAdd(const ScaleAddArgs& args);
+}  // namespace avx2
 namespace avx512 {
 void reduce(const ReduceArgs& args);
-}
+void scaleAdd(const ScaleAddArgs& args);
+}  // namespace avx512
 namespace avx512bf16 {
 void reduce(const ReduceArgs& args);
-}
+void scaleAdd(const ScaleAddArgs& args);
+}  // namespace avx512bf16
 }  // namespace kernels
 
 struct KernelVariant {
   const char* name;
   void (*fn)(const ReduceArgs&);
+  void (*scaleAdd)(const ScaleAddArgs&);
 };
 
 // Variants this CPU supports, slowest first.

@@ -12,73 +12,6 @@
 
 namespace trnccl::moe {
 
-namespace {
-
-// The library is built for baseline x86-64; these two loops are cloned per instruction set
-// and picked at load time (GCC's ifunc), as the reduction kernels are (core/reduce.cpp).
-// Not under ThreadSanitizer: an ifunc resolver runs at load time, before its runtime exists.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define TRNCCL_MOE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TRNCCL_MOE_CLONES
-#endif
-
-// acc[0..n) += w * row[0..n), row in the payload type: one loop per type, so each vectorizes.
-// first: acc[0..n) = 0 + w * row[0..n) instead, the same sum as zeroing acc and adding, without
-// the pass that zeroes it (at 8 tokens that memset cost as much as the arithmetic).
-TRNCCL_MOE_CLONES void addScaled(trncclDataType_t type, float w, const void* row, float* acc,
-                                 size_t n, bool first) {
-  if (type == trncclBfloat16) {
-    const uint16_t* src = static_cast<const uint16_t*>(row);
-    if (first)
-      for (size_t i = 0; i < n; ++i) acc[i] = 0.0f + (w * bf16ToFloat(src[i]));
-    else
-      for (size_t i = 0; i < n; ++i) acc[i] += w * bf16ToFloat(src[i]);
-  } else if (type == trncclFloat16) {
-    const uint16_t* src = static_cast<const uint16_t*>(row);
-    if (first)
-      for (size_t i = 0; i < n; ++i) acc[i] = 0.0f + (w * fp16ToFloat(src[i]));
-    else
-      for (size_t i = 0; i < n; ++i) acc[i] += w * fp16ToFloat(src[i]);
-  } else {
-    const float* src = static_cast<const float*>(row);
-    if (first)
-      for (size_t i = 0; i < n; ++i) acc[i] = 0.0f + (w * src[i]);
-    else
-      for (size_t i = 0; i < n; ++i) acc[i] += w * src[i];
-  }
-}
-
-// The last slot: out[0..n) = acc[0..n) + w * row[0..n) (first: 0 + w * row), converted to the
-// payload type, in one pass: the same values as adding into acc and then storing it.
-TRNCCL_MOE_CLONES void addScaledAndStore(trncclDataType_t type, float w, const void* row,
-                                         const float* acc, void* out, size_t n, bool first) {
-  if (type == trncclBfloat16) {
-    const uint16_t* src = static_cast<const uint16_t*>(row);
-    uint16_t* dst = static_cast<uint16_t*>(out);
-    if (first)
-      for (size_t i = 0; i < n; ++i) dst[i] = floatToBf16(0.0f + (w * bf16ToFloat(src[i])));
-    else
-      for (size_t i = 0; i < n; ++i) dst[i] = floatToBf16(acc[i] + (w * bf16ToFloat(src[i])));
-  } else if (type == trncclFloat16) {
-    const uint16_t* src = static_cast<const uint16_t*>(row);
-    uint16_t* dst = static_cast<uint16_t*>(out);
-    if (first)
-      for (size_t i = 0; i < n; ++i) dst[i] = floatToFp16(0.0f + (w * fp16ToFloat(src[i])));
-    else
-      for (size_t i = 0; i < n; ++i) dst[i] = floatToFp16(acc[i] + (w * fp16ToFloat(src[i])));
-  } else {
-    const float* src = static_cast<const float*>(row);
-    float* dst = static_cast<float*>(out);
-    if (first)
-      for (size_t i = 0; i < n; ++i) dst[i] = 0.0f + (w * src[i]);
-    else
-      for (size_t i = 0; i < n; ++i) dst[i] = acc[i] + (w * src[i]);
-  }
-}
-
-}  // namespace
-
 // dst = srcs[0] + ... + srcs[n-1] (n may be 0 or 1), accumulated in fp32 in that order.
 void sumRows(trncclDataType_t type, void* dst, const void* const* srcs, int n, size_t hidden,
              size_t rowBytes) {
@@ -120,10 +53,13 @@ void sumRowSlots(trncclDataType_t type, void* dst, const char* slotsBase, const 
   } else if (n == 0) {
     std::memset(dst, 0, rowBytes);
   } else {
-    for (int i = 0; i + 1 < n; ++i)
-      addScaled(type, slotWeights[slotOf[i]], srcs[i], acc, hidden, /*first=*/i == 0);
-    addScaledAndStore(type, slotWeights[slotOf[n - 1]], srcs[n - 1], acc, dst, hidden,
-                      /*first=*/n == 1);
+    // Slot by slot into acc in fp32, the last one rounded straight into dst (one pass less
+    // than adding it into acc and then storing acc); vector kernels per ISA (core/reduce.hpp).
+    for (int i = 0; i < n; ++i) {
+      const bool last = i + 1 == n;
+      scaleAdd({type, slotWeights[slotOf[i]], srcs[i], i == 0 ? nullptr : acc, last ? dst : nullptr,
+                acc, hidden});
+    }
   }
 }
 
