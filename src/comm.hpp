@@ -84,6 +84,9 @@ class Communicator {
   void drainNetwork();
 
   const topology::Topology& topology() const { return topology_; }
+  // This rank's share of TRNCCL_STREAM_COPY_BYTES (0 = never): copies into user memory of at
+  // least this many bytes in one call write with streaming stores.
+  size_t streamingCopyBytes() const { return ctx_.streamCopyBytes; }
   // True when every peer is reached over shm (same node, no device links, no efa) and the
   // node allows single-copy reads between every pair of its ranks (init's CMA probe): peers
   // can then map each other's shm::sharedAlloc memory (the MoE engine's direct mode).

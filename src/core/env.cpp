@@ -104,7 +104,8 @@ const Var kLLMaxBytes{
 const Var kStreamCopyBytes{
     "TRNCCL_STREAM_COPY_BYTES", Kind::kBytes, "8M",
     "A call whose copies into user buffers (all-gather, all-to-all, broadcast and "
-    "point-to-point receives over shared memory), counted for the whole node (this rank's "
+    "point-to-point receives over shared memory, MoE dispatch's expert slots), counted for the "
+    "whole node (this rank's "
     "bytes x its local ranks), reach this size writes them with streaming (non-temporal) "
     "stores, which skip the read-for-ownership of lines about to be overwritten and leave the "
     "caches to the shared windows. Set it near the last-level cache size: smaller calls stay "

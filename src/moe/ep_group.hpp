@@ -238,7 +238,8 @@ Status finishDispatch(Routing& rt, const DispatchArgs& args, size_t rowBytes,
 Status finishDispatchRows(Routing& rt, const DispatchArgs& args, const char* const* rowOf);
 // Row j of the caller's output (a row or a slot) from a wire row: split into payload and scale
 // for a scaled dispatch (payloadBytes: the payload's bytes per row).
-void landRow(const DispatchArgs& a, size_t payloadBytes, size_t j, const char* row);
+void landRow(const DispatchArgs& a, size_t payloadBytes, size_t j, const char* row,
+             CopyKind kind = CopyKind::kCached);
 // Dispatch's packing: rows for peers (rows + p * rowBytes for packed row p; this rank's own
 // rows are left out; rows = nullptr: none) and every packed row's weights (weights + p * topk).
 void packRows(const Routing& rt, const DispatchArgs& a, size_t rowBytes, char* rows,
