@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <vector>
 
 #include "core/copy.hpp"
 #include "core/dtype.hpp"
@@ -86,18 +88,47 @@ void BM_CopyBytesPageDistance16(benchmark::State& state) {
 // in the cache, which separates the kernel's speed from the read-for-ownership of a third
 // buffer that an out-of-place store costs at L2-resident sizes.
 void reduceBench(benchmark::State& state, trncclDataType_t dtype, trncclRedOp_t op,
-                 bool inPlace = false) {
+                 bool inPlace = false, int nsrcs = 2) {
   size_t bytes = static_cast<size_t>(state.range(0));
   size_t count = bytes / trnccl::dtypeSize(dtype);
-  AlignedBuffer a(bytes), b(bytes), out(bytes);
-  const void* srcs[2] = {a.data, b.data};
-  trnccl::ReduceArgs args{dtype, op, inPlace ? a.data : out.data, srcs, 2, count, 0};
+  std::deque<AlignedBuffer> inputs;  // emplace_back never moves them
+  std::vector<const void*> srcs;
+  for (int k = 0; k < nsrcs; ++k) srcs.push_back(inputs.emplace_back(bytes).data);
+  AlignedBuffer out(bytes);
+  trnccl::ReduceArgs args{dtype, op, inPlace ? inputs[0].data : out.data, srcs.data(), nsrcs,
+                          count, 0};
   for (auto _ : state) {
     trnccl::reduce(args);
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes * 3);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes * (nsrcs + 1));
   state.SetLabel(trnccl::reduceKernelIsa());
+}
+
+// The MoE combine's weighted sum of one slot (bf16 row times a weight, added to an fp32
+// accumulator or rounded into a bf16 row): bytes read and written.
+template <bool kRounded>
+void scaleAddBench(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));  // of the bf16 row
+  const size_t count = bytes / 2;
+  AlignedBuffer row(bytes), acc(count * sizeof(float)), out(bytes);
+  float* accumulator = reinterpret_cast<float*>(acc.data);
+  trnccl::ScaleAddArgs args{
+      trncclBfloat16, 0.25f, row.data, accumulator, kRounded ? out.data : nullptr,
+      accumulator,    count};
+  for (auto _ : state) {
+    trnccl::scaleAdd(args);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          (bytes + (count * sizeof(float)) + (kRounded ? bytes : count * 4)));
+  state.SetLabel(trnccl::reduceKernelIsa());
+}
+void BM_ScaleAddBf16IntoFloats(benchmark::State& s) {
+  scaleAddBench<false>(s);
+}
+void BM_ScaleAddBf16Rounded(benchmark::State& s) {
+  scaleAddBench<true>(s);
 }
 
 void BM_ReduceFloatSum(benchmark::State& s) {
@@ -111,6 +142,9 @@ void BM_ReduceFloatSumInPlace(benchmark::State& s) {
 }
 void BM_ReduceBf16SumInPlace(benchmark::State& s) {
   reduceBench(s, trncclBfloat16, trncclSum, true);
+}
+void BM_ReduceBf16Sum4Sources(benchmark::State& s) {
+  reduceBench(s, trncclBfloat16, trncclSum, false, 4);
 }
 void BM_ReduceFp16Sum(benchmark::State& s) {
   reduceBench(s, trncclFloat16, trncclSum);
@@ -139,6 +173,9 @@ BENCHMARK(BM_ReduceFloatSum)->Arg(8 << 10)->Arg(64 << 10)->Arg(64 << 20);
 BENCHMARK(BM_ReduceBf16Sum)->Arg(8 << 10)->Arg(64 << 10)->Arg(64 << 20);
 BENCHMARK(BM_ReduceFloatSumInPlace)->Arg(8 << 10)->Arg(64 << 10);
 BENCHMARK(BM_ReduceBf16SumInPlace)->Arg(8 << 10)->Arg(64 << 10);
+BENCHMARK(BM_ReduceBf16Sum4Sources)->Arg(8 << 10)->Arg(64 << 10)->Arg(16 << 20);
+BENCHMARK(BM_ScaleAddBf16IntoFloats)->Arg(4 << 10)->Arg(64 << 10);
+BENCHMARK(BM_ScaleAddBf16Rounded)->Arg(4 << 10)->Arg(64 << 10);
 BENCHMARK(BM_ReduceFp16Sum)->Arg(8 << 10)->Arg(64 << 10)->Arg(64 << 20);
 BENCHMARK(BM_ReduceDoubleSum)->Arg(64 << 10);
 BENCHMARK(BM_ReduceInt32Sum)->Arg(64 << 10);
