@@ -172,7 +172,7 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   // Single copy (CMA): every rank reads its blocks straight out of its peers' inputs, unless
   // one of them works in place (its descriptor says so); then every rank takes the windows,
   // which stage an in-place input a round at a time. (Staging a whole in-place input for its
-  // peers to read took 1.6-2.9x the windows' time at 256 KiB-4 MiB on 2 ranks.) The choice
+  // peers to read took 1.4-3.8x the windows' time at 256 KiB-4 MiB on 2 ranks.) The choice
   // follows the descriptors, which every rank reads alike: the schedules' posts must match,
   // and working in place is each rank's own choice.
   if (a.kind == CollKind::kAllToAll && c.readsByCma(CollKind::kAllToAll, block)) {
