@@ -73,14 +73,22 @@ void directRounds(ScheduleBuilder& b, const CollArgs& a, size_t rounds, bool pub
 // CMA verdict (CommView::readsByCma) are the same everywhere, and nothing a single rank
 // chooses (such as working in place) may change the form.
 // `source` is what peers read (the send buffer, or a staged copy of it).
-template <typename Reads>
-void cmaExchange(ScheduleBuilder& b, const CollArgs& a, const void* source, const Reads& reads) {
+// Its first half: the descriptor with `source` (and `extra`, OpDescriptor::extra) published,
+// every rank's post awaited and the descriptors checked.
+inline void publishSingleCopySource(ScheduleBuilder& b, const CollArgs& a, const void* source,
+                                    uint64_t extra = 0) {
   shm::OpDescriptor descriptor = describe(a);
   descriptor.sendAddress = reinterpret_cast<uint64_t>(source);
   shm::findSharedRegion(source, &descriptor.sendRegion);  // left "none" when it is not in one
+  descriptor.extra = extra;
   b.publishDescriptor(descriptor);
   b.waitAll(b.post());
   b.checkDescriptors();
+}
+
+template <typename Reads>
+void cmaExchange(ScheduleBuilder& b, const CollArgs& a, const void* source, const Reads& reads) {
+  publishSingleCopySource(b, a, source);
   reads();
   b.waitAll(b.post());
 }

@@ -120,8 +120,9 @@ void scaleAddBench(benchmark::State& state) {
     trnccl::scaleAdd(args);
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                          (bytes + (count * sizeof(float)) + (kRounded ? bytes : count * 4)));
+  state.SetBytesProcessed(
+      static_cast<int64_t>(state.iterations()) *
+      (bytes + (count * sizeof(float)) + (kRounded ? bytes : count * sizeof(float))));
   state.SetLabel(trnccl::reduceKernelIsa());
 }
 void BM_ScaleAddBf16IntoFloats(benchmark::State& s) {

@@ -128,8 +128,9 @@ struct AllToAllWindows {
     copyOutRound(later, a, c, blocks, slot, 0);
   }
   // Out of place only: the rest of every block out of its sender's input.
-  void singleCopyRest(ScheduleBuilder& later) const {
-    const size_t from = subBlockBytes(c);
+  void singleCopyRest(ScheduleBuilder& later) const { singleCopyFrom(later, subBlockBytes(c)); }
+  // Every block from byte `from` on out of its sender's input (this rank's own copied).
+  void singleCopyFrom(ScheduleBuilder& later, size_t from) const {
     for (int q = 0; q < c.nranks; ++q) {
       void* to = byteAt(a.recvbuff, q * block + from);
       if (q != c.rank)
@@ -176,27 +177,17 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   // follows the descriptors, which every rank reads alike: the schedules' posts must match,
   // and working in place is each rank's own choice.
   if (a.kind == CollKind::kAllToAll && c.readsByCma(CollKind::kAllToAll, block)) {
-    shm::OpDescriptor descriptor = describe(a);
-    descriptor.sendAddress = reinterpret_cast<uint64_t>(a.sendbuff);
-    shm::findSharedRegion(a.sendbuff, &descriptor.sendRegion);  // "none" outside an allocation
-    descriptor.extra = a.sendbuff == a.recvbuff ? kWorksInPlace : 0;
-    b.publishDescriptor(descriptor);
-    b.waitAll(b.post());
-    b.checkDescriptors();
+    publishSingleCopySource(b, a, a.sendbuff, a.sendbuff == a.recvbuff ? kWorksInPlace : 0);
     const uint64_t seq = b.schedule().descriptor.seq;
-    b.callback([args = a, view = c, seq, block](ScheduleBuilder& later) {
+    b.callback([args = a, view = c, seq](ScheduleBuilder& later) {
+      const AllToAllWindows plan = AllToAllWindows::make(args, view);
       for (int q = 0; q < view.nranks; ++q)
         if (view.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots].extra ==
             kWorksInPlace) {
-          AllToAllWindows::make(args, view).runRounds(later, 0, /*publish=*/false);
+          plan.runRounds(later, 0, /*publish=*/false);
           return Status::ok();
         }
-      for (int q = 0; q < view.nranks; ++q)
-        if (q != view.rank)
-          later.cmaRead(byteAt(args.recvbuff, q * block), q, view.rank * block, block);
-      later.copy(byteAt(args.recvbuff, view.rank * block), byteAt(args.sendbuff, view.rank * block),
-                 block);
-      later.waitAll(later.post());  // peers are done reading this rank's input
+      plan.singleCopyFrom(later, 0);
       return Status::ok();
     });
     return Status::ok();
