@@ -117,6 +117,9 @@ enum class Algorithm {
   kCount
 };
 
+// A schedule builder: every algorithm below, for the collectives it implements.
+using BuildFn = Status (*)(ScheduleBuilder&, const CollArgs&, const CommView&);
+
 // Ring family (works over any transport): ring, chain and pairwise schedules.
 Status allReduceRing(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 // Forms with log2(p) depth (any transport, any rank count): recursive doubling (whole-buffer
@@ -148,6 +151,13 @@ Status reduceScatterDirect(ScheduleBuilder& b, const CollArgs& a, const CommView
 Status broadcastDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status reduceDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
+// A uniform all-to-all on one node whose form depends on whether a rank works in place, which
+// each rank decides alone: every rank publishes its descriptor (saying so) and waits for all of
+// them; then all take the windows (which stage an in-place input a round at a time) when any
+// rank works in place, else `outOfPlace` (a schedule builder for the rest of the call, run
+// after the descriptors are exchanged; the call's descriptor is published).
+void allToAllAgreeingOnInPlace(ScheduleBuilder& b, const CollArgs& a, const CommView& c,
+                               BuildFn outOfPlace);
 Status barrierDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c);
 
 // Topology-shaped (collectives/shapes.hpp says when each fits; the planner falls back to the

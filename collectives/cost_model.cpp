@@ -178,7 +178,9 @@ double direct(CollKind kind, double bytes, const PlanShape& s, const CostParams&
   const double rounds = std::max(1.0, std::ceil(perRank / static_cast<double>(s.windowBytes)));
   // The single-copy forms (CMA, collectives/direct_rounds.hpp): two synchronisations, and each
   // byte of a rank's output copied once (a CMA read is modeled at the host's copy speed; an
-  // in-place all-to-all also stages its input once, which this leaves out). All-to-all-v goes
+  // all-to-all with a rank in place takes the windows instead, which this leaves out: the
+  // planner's table is the same for every rank, and working in place is each rank's choice,
+  // see Planner::agreesOnInPlace). All-to-all-v goes
   // by its largest block, which the model takes as the mean one.
   const bool toAll = kind == CollKind::kAllToAll || kind == CollKind::kAllToAllv;
   const double block = toAll ? bytes / n : perRank;

@@ -283,7 +283,19 @@ Status Planner::build(ScheduleBuilder& b, const CollArgs& a, Algorithm algo) con
   // where the same rule for the two-shot all-reduce went bimodal (docs/PERFORMANCE.md).
   b.schedule().streamUnlessReadBack = a.kind == CollKind::kAllGather;
   b.setPipelineSlices(slicesFor(a.kind, a.count * elementSize(a), algo));
+  if (agreesOnInPlace(a.kind, a.count * elementSize(a), algo)) {
+    allToAllAgreeingOnInPlace(b, a, view_, fn);
+    return Status::ok();
+  }
   return fn(b, a, view_);
+}
+
+bool Planner::agreesOnInPlace(CollKind kind, size_t blockBytes, Algorithm algo) const {
+  const auto& forced = overrides_.forKind[static_cast<int>(CollKind::kAllToAll)];
+  return kind == CollKind::kAllToAll && algo == Algorithm::kRing && forced != algo &&
+         view_.allLocal && view_.nranks > 1 && shape_.intra != topology::LinkClass::kNeuronLink &&
+         !overrides_.excluded[static_cast<int>(Algorithm::kDirect)] &&
+         blockBytes >= kInPlaceAgreementMinBlock;
 }
 
 std::string Planner::planTable() const {
@@ -310,6 +322,12 @@ std::string Planner::planTable() const {
       if (i + 1 < plan.size()) table += "<=" + sizeText(plan[i].toBytes) + ",";
     }
   }
+  const auto toAll = ranges(CollKind::kAllToAll);
+  if (!toAll.empty() && agreesOnInPlace(CollKind::kAllToAll, kPlanMaxBytes, toAll.back().algo))
+    table += strformat(
+        "; AllToAll ring with blocks of %s and more: direct when a rank works "
+        "in place",
+        sizeText(kInPlaceAgreementMinBlock).c_str());
   if (view_.shapes) {
     const Shapes& s = *view_.shapes;
     table += s.hierarchical.fits

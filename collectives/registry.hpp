@@ -12,8 +12,6 @@
 
 namespace trnccl {
 
-using BuildFn = Status (*)(ScheduleBuilder&, const CollArgs&, const CommView&);
-
 struct AlgorithmInfo {
   Algorithm algo;
   const char* name;     // as TRNCCL_ALGO spells it

@@ -507,6 +507,67 @@ TEST_P(Collectives, SendRecvRingAndBarrier) {
   });
 }
 
+// The planner's pairwise all-to-all on one node (blocks of 4 MiB, Planner::agreesOnInPlace)
+// takes the windows when any rank works in place, and stays pairwise when none does: every
+// rank reads every descriptor first, so ranks that differ still run matching schedules. The
+// traffic counters tell the forms apart: pairwise sends count, window copies do not. Out of
+// place first, so that a planner that stopped choosing the ring here fails the test.
+TEST(AllToAllInPlace, PairwiseTakesTheWindowsWhenAnyRankWorksInPlace) {
+  constexpr size_t kCount = size_t{1} << 20;  // floats: 4 MiB blocks
+  auto outcomes = withComm(
+      3,
+      [](int) {
+        unsetenv("TRNCCL_ALGO");
+        setenv("TRNCCL_CMA_MAX_BYTES", "1M", 1);  // no single-copy band at this size
+      },
+      [&](Failures& f, trncclComm_t comm, int rank, int n) {
+        std::vector<float> send(kCount * n), recv(kCount * n);
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < kCount; ++i)
+            send[q * kCount + i] = static_cast<float>(rank * 1000003 + q * 1009 + i);
+        auto sentToPeers = [&] {
+          std::vector<trncclPeerTraffic_t> traffic(n);
+          int count = 0;
+          if (trncclCommGetPeerTraffic(comm, traffic.data(), n, &count) != trncclSuccess)
+            f.add("traffic: %s", trncclGetLastError(comm));
+          unsigned long long bytes = 0;
+          for (int q = 0; q < count; ++q)
+            if (q != rank) bytes += traffic[q].sentBytes;
+          return bytes;
+        };
+        struct Case {
+          const char* name;
+          bool inPlace;
+          bool pairwise;
+        };
+        const Case cases[] = {{"every rank out of place", false, true},
+                              {"rank 1 in place", rank == 1, false},
+                              {"every rank in place", true, false}};
+        for (const Case& c : cases) {
+          recv.assign(recv.size(), -1.0f);
+          if (c.inPlace) recv = send;
+          const unsigned long long before = sentToPeers();
+          if (trncclAllToAll(c.inPlace ? recv.data() : send.data(), recv.data(), kCount,
+                             trncclFloat32, comm) != trncclSuccess) {
+            f.add("%s: all-to-all failed: %s", c.name, trncclGetLastError(comm));
+            return;
+          }
+          for (int q = 0; q < n; ++q)
+            for (size_t i = 0; i < kCount; ++i)
+              if (recv[q * kCount + i] != static_cast<float>(q * 1000003 + rank * 1009 + i)) {
+                f.add("%s: block %d element %zu is %g", c.name, q, i, recv[q * kCount + i]);
+                return;
+              }
+          const unsigned long long sent = sentToPeers() - before;
+          const unsigned long long pairwise = (n - 1) * kCount * sizeof(float);
+          if (sent != (c.pairwise ? pairwise : 0))
+            f.add("%s: %llu bytes sent to peers, expected %llu (%s)", c.name, sent,
+                  c.pairwise ? pairwise : 0ull, c.pairwise ? "pairwise" : "the windows");
+        }
+      });
+  EXPECT_ALL_RANKS_OK(outcomes);
+}
+
 std::string paramName(const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
   return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
 }

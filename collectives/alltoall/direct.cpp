@@ -142,7 +142,7 @@ struct AllToAllWindows {
   }
 };
 
-// OpDescriptor::extra of a rank whose single-copy all-to-all works in place.
+// OpDescriptor::extra of a rank whose all-to-all works in place (allToAllAgreeingOnInPlace).
 constexpr uint64_t kWorksInPlace = 1;
 
 // The bytes a rank sends to its peers count against TRNCCL_LL_MAX_BYTES, as a reduce-scatter's
@@ -154,6 +154,21 @@ bool fitsSmallMessageLines(const CommView& c, size_t block) {
 }
 
 }  // namespace
+
+void allToAllAgreeingOnInPlace(ScheduleBuilder& b, const CollArgs& a, const CommView& c,
+                               BuildFn outOfPlace) {
+  publishSingleCopySource(b, a, a.sendbuff, a.sendbuff == a.recvbuff ? kWorksInPlace : 0);
+  const uint64_t seq = b.schedule().descriptor.seq;
+  b.callback([args = a, view = c, seq, outOfPlace](ScheduleBuilder& later) {
+    for (int q = 0; q < view.nranks; ++q)
+      if (view.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots].extra ==
+          kWorksInPlace) {
+        AllToAllWindows::make(args, view).runRounds(later, 0, /*publish=*/false);
+        return Status::ok();
+      }
+    return outOfPlace(later, args, view);
+  });
+}
 
 Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
   const size_t block = a.count * elementSize(a);  // all-to-all's uniform block
@@ -177,19 +192,11 @@ Status allToAllDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) 
   // follows the descriptors, which every rank reads alike: the schedules' posts must match,
   // and working in place is each rank's own choice.
   if (a.kind == CollKind::kAllToAll && c.readsByCma(CollKind::kAllToAll, block)) {
-    publishSingleCopySource(b, a, a.sendbuff, a.sendbuff == a.recvbuff ? kWorksInPlace : 0);
-    const uint64_t seq = b.schedule().descriptor.seq;
-    b.callback([args = a, view = c, seq](ScheduleBuilder& later) {
-      const AllToAllWindows plan = AllToAllWindows::make(args, view);
-      for (int q = 0; q < view.nranks; ++q)
-        if (view.segment->rankArea(q)->descriptors[seq % shm::kDescriptorSlots].extra ==
-            kWorksInPlace) {
-          plan.runRounds(later, 0, /*publish=*/false);
-          return Status::ok();
-        }
-      plan.singleCopyFrom(later, 0);
+    auto readPeersInputs = [](ScheduleBuilder& later, const CollArgs& args, const CommView& view) {
+      AllToAllWindows::make(args, view).singleCopyFrom(later, 0);
       return Status::ok();
-    });
+    };
+    allToAllAgreeingOnInPlace(b, a, c, readPeersInputs);
     return Status::ok();
   }
   if (a.kind == CollKind::kAllToAll) {
