@@ -336,13 +336,19 @@ void sharedReductions(int n, int ordinaryRank, bool everyType) {
                     break;
                   }
                 const size_t rounds = (count * esize + kWindowBytes - 1) / kWindowBytes;
-                const unsigned reads = mixed              ? 0
-                                       : reduceScatter    ? 1
-                                       : which == kReduce ? rounds - 1
-                                                          : 2 * (rounds - 1);
+                // Reduce on 2 ranks: the root reduces every round after the first out of its
+                // peer's input (collectives/reduce/direct.cpp, RootReduceRounds); on more, the
+                // two-shot form, in which every rank reduces its parts of every input.
+                const bool rootReads = which == kReduce && n == 2;
+                const unsigned reads = mixed || (rootReads && rank != root) ? 0
+                                       : reduceScatter                      ? 1
+                                       : which == kReduce                   ? rounds - 1
+                                                                            : 2 * (rounds - 1);
                 expectReadsSince(f, what, comm, rank, n, before, reads, [&](int q) {
                   // its block of q's input after round 0's sub-block (the windows')
                   if (reduceScatter) return count * esize - subBlockBytes(n, esize);
+                  // the root: q's input after round 0 (the windows')
+                  if (rootReads) return count * esize - kWindowBytes;
                   // reduce: this rank's parts of q's input (they go to the root by the windows)
                   if (which == kReduce) return allReduceReadBytes(count, esize, n, rank, rank) / 2;
                   return allReduceReadBytes(count, esize, n, rank, q);

@@ -1,11 +1,66 @@
 // Reduce over shared windows. Small messages: one-shot (every rank stages its input and posts;
 // the root waits for all, then reduces the windows, reading its own input from its send buffer).
-// Large messages: the two-shot reduction (split across all ranks), with only the root copying
-// the reduced segments out.
-#include "collectives/direct_rounds.hpp"
+// Large messages on 2 ranks: the same a window-sized round at a time (RootReduceRounds); on more,
+// the two-shot reduction (split across all ranks), with only the root copying the reduced
+// segments out.
+#include "collectives/shared_buffers.hpp"
 #include "collectives/two_shot.hpp"
 
 namespace trnccl {
+namespace {
+
+// The one-shot form in window-sized rounds: every other rank stages round k of its input, and
+// after the round's wait the root reduces it (its own part from its send buffer) into its output;
+// with every input in trncclMemAlloc memory, the rounds after the first read the peers' inputs
+// where they lie. The root alone reads every input, n of them, where the two-shot form's root
+// reads about 2 + (n-1)/n inputs' worth (its segment of every input, then every reduced segment
+// out of the windows) and every rank synchronises twice per round more. At 2 ranks that made the
+// two-shot form 2.0-2.6x slower than this one's work done by the chain (reduce_perf, 1-64 MiB);
+// with more ranks the root's n reads outgrow it, and the two-shot form stays. The sum is in rank
+// order either way, so every form gives the same bits.
+struct RootReduceRounds {
+  const CollArgs& a;
+  const CommView& c;
+  size_t esize = elementSize(a);
+  size_t perRound = c.windowBytes / esize;
+
+  size_t rounds() const { return ceilDiv(a.count, perRound); }
+  size_t roundLen(size_t k) const { return std::min(perRound, a.count - k * perRound); }
+  void stage(ScheduleBuilder& b, int slot, size_t k) const {
+    if (c.rank != a.root)
+      b.copy(c.window(c.rank, slot), byteAt(a.sendbuff, k * perRound * esize), roundLen(k) * esize);
+  }
+  void reduceAtRoot(ScheduleBuilder& b, int slot, size_t k) const {
+    if (c.rank != a.root) return;
+    const size_t offset = k * perRound * esize;
+    b.reduce(
+        byteAt(a.recvbuff, offset), c.nranks,
+        [&](int q) {
+          return q == c.rank ? byteAt(a.sendbuff, offset)
+                             : static_cast<const void*>(c.window(q, slot));
+        },
+        roundLen(k), a.op == trncclAvg ? c.nranks : 0);
+  }
+  void runRounds(ScheduleBuilder& b, size_t first, bool publish) const {
+    directRoundsFrom(
+        b, a, first, std::max<size_t>(rounds(), 1), publish,
+        [&](int slot, size_t k) { stage(b, slot, k); },
+        [&](int slot, size_t k) { reduceAtRoot(b, slot, k); });
+  }
+  void finishFirstRound(ScheduleBuilder& later, int slot) const { reduceAtRoot(later, slot, 0); }
+  // Rounds 1.. out of the peers' inputs; every rank stays until the root has read them.
+  void singleCopyRest(ScheduleBuilder& later) const {
+    if (c.rank == a.root)
+      for (size_t k = 1; k < rounds(); ++k) {
+        const size_t offset = k * perRound * esize;
+        reduceFromPeers(later, a, c, byteAt(a.recvbuff, offset), byteAt(a.sendbuff, offset), offset,
+                        roundLen(k));
+      }
+    later.waitAll(later.post());
+  }
+};
+
+}  // namespace
 
 // Unlike all-reduce's one-shot (every rank reduces every input), here only the root reduces,
 // so the one-shot does no redundant work: it is limited by the window and by how much the
@@ -16,6 +71,15 @@ constexpr size_t kRootReadBudget = 1 << 20;
 
 Status reduceDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
   const size_t bytes = a.count * elementSize(a);
+  if (c.nranks == 2 && bytes > c.windowBytes) {
+    const SharedNeed need{bytes, 0};
+    windowsOrSingleCopy(
+        b, a, c, need, [&] { return ownBuffersShared(a, c, need); },
+        [](const CollArgs& args, const CommView& view) {
+          return RootReduceRounds{args, view};
+        });
+    return Status::ok();
+  }
   if (bytes > c.windowBytes || bytes * c.nranks > kRootReadBudget) {
     twoShotDirect(b, a, c, a.root);
     return Status::ok();
