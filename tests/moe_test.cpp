@@ -35,18 +35,22 @@ TEST_P(Moe, DispatchAndCombineMatchTheSerialReference) {
         uint64_t salt = 1;
         for (trncclDataType_t type : types) {
           const size_t H = 39;  // odd: 2-byte rows end off a float boundary
+          // The normal mode twice: routing creation carries the rows' local experts in its
+          // header for groups whose worst case is small (maxDispatchTokensPerRank 64), and sends
+          // them by an all-to-all-v of their own past 64 Ki bits (40000 x numExperts).
           for (int K : {1, 2, 3, 8})
-            for (trncclEpMode_t mode :
-                 {trncclEpModeNormal, trncclEpModeLowLatency, trncclEpModeHierarchical}) {
+            for (auto [mode, maxTokens] :
+                 {std::pair{trncclEpModeNormal, 64}, std::pair{trncclEpModeNormal, 40000},
+                  std::pair{trncclEpModeLowLatency, 64}, std::pair{trncclEpModeHierarchical, 64}}) {
               const int E = nranks * std::max(2, (K + nranks - 1) / nranks), L = E / nranks;
-              trncclEpGroup_t group = makeGroup(f, comm, nranks, E, 64, type, H, mode);
+              trncclEpGroup_t group = makeGroup(f, comm, nranks, E, maxTokens, type, H, mode);
               if (!group) return;
               const bool ll = mode == trncclEpModeLowLatency;
               for (trncclEpLayout_t lay : {trncclEpLayoutFlat, trncclEpLayoutExpertMajor}) {
                 const size_t worst = !ll ? 0
                                      : lay == trncclEpLayoutFlat
-                                         ? size_t(nranks) * 64
-                                         : size_t(nranks) * 64 * std::min(K, L);
+                                         ? size_t(nranks) * maxTokens
+                                         : size_t(nranks) * maxTokens * std::min(K, L);
                 for (size_t T : {size_t{0}, size_t{1}, size_t{37}})
                   for (bool skew : {false, true}) {
                     if (skew && T == 0) continue;

@@ -1,10 +1,11 @@
 // The layout step and the exchange that fixes a routing. Locally: which ranks each token goes
 // to (one packed row per destination rank, however many of its experts live there) and which
-// of its top-k each row carries. Then two collectives: an all-gather of every rank's header
-// (its status, layout, top-k and rows and pairs per destination), so that a bad argument or a
-// receive overflow anywhere fails the call on every rank with the same message before any
-// token moves; and an all-to-all-v of each row's local expert ids, so that the expert side
-// knows its zones before the first dispatch.
+// of its top-k each row carries. Then an all-gather of every rank's header (its status,
+// layout, top-k and rows and pairs per destination), so that a bad argument or a receive
+// overflow anywhere fails the call on every rank with the same message before any token moves;
+// and each row's local expert ids reach the rank that receives the row, so that the expert side
+// knows its zones before the first dispatch: as bit masks in the same header when the group's
+// worst case is small (idMaskWords), else by an all-to-all-v of their own.
 #include <algorithm>
 #include <numeric>
 
@@ -149,6 +150,63 @@ CollArgs gatherArgs(const uint64_t* mine, uint64_t* all, size_t words) {
   a.count = words;
   a.dtype = trncclUint64;
   return a;
+}
+
+// The routing header's words for every row's local experts, as a bit mask of the destination's
+// localExperts per row (a row's local ids are ascending, so the mask is the id list), when a
+// batch at the group's worst case keeps them small: maxDispatchTokensPerRank tokens make at most
+// that many rows per rank of the n, localExperts bits each, numExperts bits per token in all.
+// Else 0, and the ids take an all-to-all-v of their own. One collective instead of two: with
+// more ranks than cores every synchronisation costs a scheduling turn of every rank. The width
+// depends only on the group's configuration, which every rank shares (checked at creation).
+// Not for the hierarchical mode (its ids go through the proxies).
+constexpr size_t kIdMaskMaxWords = 1024;           // per rank
+constexpr size_t kIdMaskMaxGatheredWords = 32768;  // all ranks' together (256 KiB)
+size_t idMaskWords(const EpGroup& g) {
+  if (g.hierarchical) return 0;
+  const size_t bits = static_cast<size_t>(g.config.maxDispatchTokens) *
+                      static_cast<size_t>(g.localExperts) * static_cast<size_t>(g.nranks());
+  const size_t words = (bits + 63) / 64;
+  return words <= kIdMaskMaxWords && words * g.nranks() <= kIdMaskMaxGatheredWords ? words : 0;
+}
+
+// Rows' local ids (topk each, -1 after the last) into bits (L per row) and back.
+void maskIds(const std::vector<int32_t>& ids, int topk, int L, uint64_t* mask) {
+  const size_t rows = ids.size() / topk;
+  for (size_t row = 0; row < rows; ++row)
+    for (int k = 0; k < topk && ids[row * topk + k] >= 0; ++k) {
+      const size_t bit = (row * L) + ids[row * topk + k];
+      mask[bit / 64] |= uint64_t{1} << (bit % 64);
+    }
+}
+void unmaskIds(const uint64_t* mask, size_t firstRow, size_t rows, int topk, int L, int32_t* ids) {
+  for (size_t i = 0; i < rows; ++i) {
+    int k = 0;
+    for (int id = 0; id < L; ++id) {
+      const size_t bit = ((firstRow + i) * L) + id;
+      if (mask[bit / 64] >> (bit % 64) & 1) ids[(i * topk) + k++] = id;
+    }
+  }
+}
+
+void logNormalRouting(const EpGroup& g, const Routing& routing, const LocalLayout& local,
+                      const char* idsHow) {
+  if (!log::enabled(log::Level::kInfo, log::kMoe)) return;
+  const int n = g.nranks();
+  uint64_t pairs = 0;
+  for (uint64_t p : local.pairsTo) pairs += p;
+  const size_t rows = routing.sendBegin[n];
+  TRNCCL_INFO(log::kMoe,
+              "%s rank %d: EP routing, mode normal (one exchange between every pair of ranks, "
+              "rows %s; local ids %s), layout %s: %zu tokens x top-%d -> %llu token-expert "
+              "pairs in %zu rows (%llu duplicates removed); rows per destination rank [%s]; "
+              "receives %zu rows, %zu slots",
+              g.comm->name().c_str(), g.rank(),
+              g.direct ? "read from peers' mapped staging" : "over the transports", idsHow,
+              layoutName(routing.layout), routing.numTokens, routing.topk,
+              static_cast<unsigned long long>(pairs), rows,
+              static_cast<unsigned long long>(pairs - rows), countsText(local.rowsTo).c_str(),
+              routing.recvRows(), routing.recvSlots());
 }
 
 // Low latency: no exchange now; the first dispatch carries the counts and ids. Outputs must
@@ -390,8 +448,11 @@ Result<std::shared_ptr<Routing>> createRouting(std::shared_ptr<EpGroup> group, c
       for (int node = 0; node < nodes; ++node) rowsToNode[node] += hit[node];
     }
   }
-  const size_t nodeWord = kHeaderFixed + 2 * n, width = nodeWord + nodes;
-  std::vector<uint64_t> header(width), all(width * n);
+  const size_t nodeWord = kHeaderFixed + 2 * n, idsWord = nodeWord + nodes;
+  // Small batches carry every row's local experts in the header too (idMaskWords).
+  const size_t idsWords = idMaskWords(g);
+  const size_t width = idsWord + idsWords;
+  std::vector<uint64_t> header(width, 0), all(width * n);
   header[0] = status.isOk() ? 0 : 1;
   header[1] = static_cast<uint64_t>(layout);
   header[2] = static_cast<uint64_t>(topk);
@@ -399,6 +460,8 @@ Result<std::shared_ptr<Routing>> createRouting(std::shared_ptr<EpGroup> group, c
   std::copy(local.rowsTo.begin(), local.rowsTo.end(), header.begin() + kHeaderFixed);
   std::copy(local.pairsTo.begin(), local.pairsTo.end(), header.begin() + kHeaderFixed + n);
   std::copy(rowsToNode.begin(), rowsToNode.end(), header.begin() + nodeWord);
+  if (idsWords > 0 && status.isOk())
+    maskIds(routing->sendIds, topk, g.localExperts, header.data() + idsWord);
   TRNCCL_RETURN_IF_ERROR(g.comm->run(gatherArgs(header.data(), all.data(), width)));
   if (!status.isOk()) return status;
   auto at = [&](int q, size_t word) { return all[q * width + word]; };
@@ -448,6 +511,18 @@ Result<std::shared_ptr<Routing>> createRouting(std::shared_ptr<EpGroup> group, c
   }
   // Each row's local expert ids go to the rank that will receive the row.
   routing->recvIds.assign(routing->recvRows() * topk, -1);
+  if (idsWords > 0) {
+    // Rank q's rows for this rank follow its rows for the ranks before it.
+    for (int q = 0; q < n; ++q) {
+      uint64_t before = 0;
+      for (int d = 0; d < r; ++d) before += at(q, kHeaderFixed + d);
+      unmaskIds(all.data() + (q * width) + idsWord, before, routing->recvRowsFrom(q), topk,
+                g.localExperts, routing->recvIds.data() + (routing->recvBegin[q] * topk));
+    }
+    buildExpertSide(routing.get());
+    logNormalRouting(g, *routing, local, "with the routing's header");
+    return routing;
+  }
   CollArgs ids;
   ids.kind = CollKind::kAllToAllv;
   ids.dtype = trncclInt32;
@@ -461,22 +536,7 @@ Result<std::shared_ptr<Routing>> createRouting(std::shared_ptr<EpGroup> group, c
   }
   TRNCCL_RETURN_IF_ERROR(g.comm->run(ids));
   buildExpertSide(routing.get());
-
-  if (log::enabled(log::Level::kInfo, log::kMoe)) {
-    uint64_t pairs = 0;
-    for (uint64_t p : local.pairsTo) pairs += p;
-    const size_t rows = routing->sendBegin[n];
-    TRNCCL_INFO(log::kMoe,
-                "%s rank %d: EP routing, mode normal (one exchange between every pair of ranks, "
-                "rows %s), layout %s: %zu "
-                "tokens x top-%d -> %llu token-expert pairs in %zu rows (%llu duplicates "
-                "removed); rows per destination rank [%s]; receives %zu rows, %zu slots",
-                g.comm->name().c_str(), r,
-                g.direct ? "read from peers' mapped staging" : "over the transports",
-                layoutName(layout), numTokens, topk, static_cast<unsigned long long>(pairs), rows,
-                static_cast<unsigned long long>(pairs - rows), countsText(local.rowsTo).c_str(),
-                routing->recvRows(), routing->recvSlots());
-  }
+  logNormalRouting(g, *routing, local, "by an all-to-all-v after the header");
   return routing;
 }
 
