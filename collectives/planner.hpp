@@ -81,15 +81,15 @@ class Planner {
 
  private:
   // Whether build() runs a call of kind (blocks of blockBytes) that the planner gave to algo as
-  // allToAllAgreeingOnInPlace: the
-  // pairwise all-to-all (ring) on one node with blocks of kInPlaceAgreementMinBlock and more,
-  // unless TRNCCL_ALGO forces ring or excludes direct. In place, the pairwise form stages the
-  // whole input first, and the windows stage it a round at a time; measured (us, 3 rounds,
-  // pairwise against windows, in place): 2 ranks 64 MiB 6583-6621 against 2089-2141; 4 ranks
-  // 16 MiB 3602-3666 against 2568-2622, 64 MiB 20046-20501 against 11743-11761; 4 MiB 1094
-  // against 1043. Out of place the pairwise form was as fast or faster (4 ranks 64 MiB 13272-
-  // 14046 against 15347-16640), and that is the form every rank takes unless one works in
-  // place. The agreement costs a descriptor exchange, well under 1% of a call this large.
+  // allToAllAgreeingOnInPlace: the pairwise all-to-all (ring) on one node with blocks of
+  // kInPlaceAgreementMinBlock and more, unless TRNCCL_ALGO forces ring or excludes direct. In
+  // place, the pairwise form stages the whole input first, and the windows stage it a round at a
+  // time; measured (us, 3 rounds, pairwise against windows, in place): 2 ranks 64 MiB 6583-6621
+  // against 2089-2141; 4 ranks 16 MiB 3602-3666 against 2568-2622, 64 MiB 20046-20501 against
+  // 11743-11761; 4 MiB 1094 against 1043. Out of place the pairwise form was as fast or faster (4
+  // ranks 64 MiB 13272-14046 against 15347-16640), and that is the form every rank takes unless
+  // one works in place. The agreement costs a descriptor exchange, well under 1% of a call this
+  // large.
   bool agreesOnInPlace(CollKind kind, size_t blockBytes, Algorithm algo) const;
   static constexpr size_t kInPlaceAgreementMinBlock = size_t{4} << 20;
   // Whether algo exists for kind and fits this communicator; if not, why (for refusals).
