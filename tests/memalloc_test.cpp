@@ -336,10 +336,10 @@ void sharedReductions(int n, int ordinaryRank, bool everyType) {
                     break;
                   }
                 const size_t rounds = (count * esize + kWindowBytes - 1) / kWindowBytes;
-                // Reduce on 2 ranks: the root reduces every round after the first out of its
-                // peer's input (collectives/reduce/direct.cpp, RootReduceRounds); on more, the
-                // two-shot form, in which every rank reduces its parts of every input.
-                const bool rootReads = which == kReduce && n == 2;
+                // Reduce on up to 4 ranks: the root reduces every round after the first out of
+                // its peers' inputs (collectives/reduce/direct.cpp, RootReduceRounds); on more,
+                // the two-shot form, in which every rank reduces its parts of every input.
+                const bool rootReads = which == kReduce && n <= 4;
                 const unsigned reads = mixed || (rootReads && rank != root) ? 0
                                        : reduceScatter                      ? 1
                                        : which == kReduce                   ? rounds - 1
@@ -347,7 +347,7 @@ void sharedReductions(int n, int ordinaryRank, bool everyType) {
                 expectReadsSince(f, what, comm, rank, n, before, reads, [&](int q) {
                   // its block of q's input after round 0's sub-block (the windows')
                   if (reduceScatter) return count * esize - subBlockBytes(n, esize);
-                  // the root: q's input after round 0 (the windows')
+                  // the root: each peer's input after round 0 (the windows')
                   if (rootReads) return count * esize - kWindowBytes;
                   // reduce: this rank's parts of q's input (they go to the root by the windows)
                   if (which == kReduce) return allReduceReadBytes(count, esize, n, rank, rank) / 2;

@@ -1,8 +1,8 @@
 // Reduce over shared windows. Small messages: one-shot (every rank stages its input and posts;
 // the root waits for all, then reduces the windows, reading its own input from its send buffer).
-// Large messages on 2 ranks: the same a window-sized round at a time (RootReduceRounds); on more,
-// the two-shot reduction (split across all ranks), with only the root copying the reduced
-// segments out.
+// Large messages on up to 4 ranks: the same a window-sized round at a time (RootReduceRounds);
+// on more, the two-shot reduction (split across all ranks), with only the root copying the
+// reduced segments out.
 #include "collectives/shared_buffers.hpp"
 #include "collectives/two_shot.hpp"
 
@@ -16,8 +16,12 @@ namespace {
 // reads about 2 + (n-1)/n inputs' worth (its segment of every input, then every reduced segment
 // out of the windows) and every rank synchronises twice per round more. At 2 ranks that made the
 // two-shot form 2.0-2.6x slower than this one's work done by the chain (reduce_perf, 1-64 MiB);
-// with more ranks the root's n reads outgrow it, and the two-shot form stays. The sum is in rank
-// order either way, so every form gives the same bits.
+// forced direct, two-shot against this form, 2 rounds, 1 / 4 / 16 MiB (us): 3 ranks 168-177 /
+// 673-853 / 3134-3160 against 97-115 / 490-543 / 1887-1911, 4 ranks 246-259 / 1029-1062 /
+// 4524-4899 against 153-213 / 657-986 / 3336-4222 (more ranks than cores; 5 and 8 ranks on the
+// same 2 cores still favoured this form, but with a core per rank the root's n reads should
+// outgrow the split reduction, which is not measured here: from 5 ranks the two-shot form
+// stays). The sum is in rank order either way, so every form gives the same bits.
 struct RootReduceRounds {
   const CollArgs& a;
   const CommView& c;
@@ -60,6 +64,8 @@ struct RootReduceRounds {
   }
 };
 
+constexpr int kRootReduceRoundsMaxRanks = 4;
+
 }  // namespace
 
 // Unlike all-reduce's one-shot (every rank reduces every input), here only the root reduces,
@@ -71,7 +77,7 @@ constexpr size_t kRootReadBudget = 1 << 20;
 
 Status reduceDirect(ScheduleBuilder& b, const CollArgs& a, const CommView& c) {
   const size_t bytes = a.count * elementSize(a);
-  if (c.nranks == 2 && bytes > c.windowBytes) {
+  if (c.nranks <= kRootReduceRoundsMaxRanks && bytes > c.windowBytes) {
     const SharedNeed need{bytes, 0};
     windowsOrSingleCopy(
         b, a, c, need, [&] { return ownBuffersShared(a, c, need); },
