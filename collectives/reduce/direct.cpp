@@ -15,7 +15,7 @@ namespace {
 // where they lie. The root alone reads every input, n of them, where the two-shot form's root
 // reads about 2 + (n-1)/n inputs' worth (its segment of every input, then every reduced segment
 // out of the windows) and every rank synchronises twice per round more. At 2 ranks that made the
-// two-shot form 2.0-2.6x slower than this one's work done by the chain (reduce_perf, 1-64 MiB);
+// two-shot form 1.9-2.6x slower than this one's work done by the chain (reduce_perf, 1-64 MiB);
 // forced direct, two-shot against this form, 2 rounds, 1 / 4 / 16 MiB (us): 3 ranks 168-177 /
 // 673-853 / 3134-3160 against 97-115 / 490-543 / 1887-1911, 4 ranks 246-259 / 1029-1062 /
 // 4524-4899 against 153-213 / 657-986 / 3336-4222 (more ranks than cores; 5 and 8 ranks on the
